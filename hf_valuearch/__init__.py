@@ -1,0 +1,26 @@
+"""hf_valuearch: value-path and depth/sequence-memory transformer variants for Hugging Face Transformers.
+
+Importing the package registers every model type with AutoConfig / AutoModel / AutoModelForCausalLM
+and marks the classes for remote code, so `save_pretrained` writes the modeling files and an
+`auto_map` next to the weights.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .configuration_valuearch import ValueArchConfig
+from .modeling_valuearch import ValueArchForCausalLM, ValueArchModel, ValueArchPreTrainedModel
+
+# model_type -> (config class, base model class, causal-LM class); one entry per named architecture.
+MODEL_TYPES = {
+    ValueArchConfig.model_type: (ValueArchConfig, ValueArchModel, ValueArchForCausalLM),
+}
+
+for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
+    AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
+    AutoModel.register(_config_class, _model_class, exist_ok=True)
+    AutoModelForCausalLM.register(_config_class, _lm_class, exist_ok=True)
+    _config_class.register_for_auto_class()
+    _model_class.register_for_auto_class("AutoModel")
+    _lm_class.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = ["MODEL_TYPES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel"]

@@ -1,0 +1,410 @@
+"""The hf_valuearch decoder: a Llama-style pre-norm transformer with three pluggable axes.
+
+With default settings this is numerically the same model as transformers' `LlamaForCausalLM`
+(the same parameter names and shapes, so checkpoints convert by renaming the config only).
+The axes plug in at three places:
+
+* value path: `ValueArchAttention.value_path` turns `V = h W_V` into the values attention uses;
+* depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
+* sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .cache_valuearch import ValueArchCache
+from .compat import CACHE_OUTPUT_FIELD, pop_cache
+from .configuration_valuearch import ValueArchConfig
+from .depth_routing import build_layer_router, build_readout
+from .value_paths import build_value_path
+
+
+class ValueArchRMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich, 2019), computed in float32 as in Llama."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self):
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class ValueArchRotaryEmbedding(nn.Module):
+    """RoPE (Su et al., 2021) over the first `config.rotary_dim` dimensions of each head."""
+
+    def __init__(self, config: ValueArchConfig):
+        super().__init__()
+        self.config = config
+        self.max_seq_len_cached = config.max_position_embeddings
+        self.original_max_seq_len = config.max_position_embeddings
+        self.rope_type = config.rope_parameters["rope_type"]
+        rope_init_fn = (self.compute_default_rope_parameters if self.rope_type == "default"
+                        else ROPE_INIT_FUNCTIONS[self.rope_type])
+        inv_freq, self.attention_scaling = rope_init_fn(config)
+        self.inv_freq = nn.Buffer(inv_freq, persistent=False)
+        self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+
+    @staticmethod
+    def compute_default_rope_parameters(config: ValueArchConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
+        """inv_freq_i = theta^(-2i / rotary_dim), i < rotary_dim / 2."""
+        base = config.rope_parameters["rope_theta"]
+        dim = config.rotary_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
+        return inv_freq, 1.0
+
+    @torch.no_grad()
+    @dynamic_rope_update
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, rotary_dim]
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Rotate the first cos.shape[-1] dimensions of q, k ([B, H, T, D]); the rest pass through."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    rotary_dim = cos.shape[-1]
+
+    def rotate(x):
+        x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
+        return torch.cat(((x_rot * cos) + (rotate_half(x_rot) * sin), x_pass), dim=-1)
+
+    return rotate(q), rotate(k)
+
+
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, H_kv, T, D] -> [B, H_kv * n_rep, T, D]."""
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """softmax(Q K^T * scaling + mask) V, in float32 softmax; returns [B, T, H, D] and the weights."""
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+
+
+def build_head_norm(config: ValueArchConfig) -> nn.Module | None:
+    """Per-head normalisation of q or k (`config.qk_norm`), over the head dimension."""
+    if config.qk_norm == "rmsnorm":
+        return ValueArchRMSNorm(config.head_dim, eps=config.rms_norm_eps)
+    if config.qk_norm == "layernorm":
+        return nn.LayerNorm(config.head_dim, eps=config.rms_norm_eps)
+    return None
+
+
+class ValueArchMLP(nn.Module):
+    """SwiGLU, down(act(gate(x)) * up(x)) (Shazeer, 2020), or ReLU², down(relu(up(x))^2) (So et al., 2021)."""
+
+    def __init__(self, config: ValueArchConfig):
+        super().__init__()
+        self.activation = config.mlp_activation
+        if self.activation == "swiglu":
+            self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+            self.act_fn = ACT2FN[config.hidden_act]
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activation == "swiglu":
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(F.relu(self.up_proj(x)).square())
+
+
+class ValueArchAttention(nn.Module):
+    """Multi-head attention with GQA, optional q/k norm, (partial) RoPE and a pluggable value path."""
+
+    def __init__(self, config: ValueArchConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = True
+        self.mixer_type = config.mixer_types[layer_idx]
+        self.sliding_window = config.sliding_window if self.mixer_type == "sliding_attention" else None
+
+        q_dim, kv_dim = config.num_attention_heads * self.head_dim, config.num_key_value_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, q_dim, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.hidden_size, kv_dim, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.hidden_size, kv_dim, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_dim, config.hidden_size, bias=config.attention_bias)
+        self.q_norm = build_head_norm(config)
+        self.k_norm = build_head_norm(config)
+        self.value_path = build_value_path(config, layer_idx)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [B, T, D], already normed
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        value_hidden_states: torch.Tensor | None = None,  # [B, T, D]: input of W_V when it differs (RD-AttnRes)
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape)  # [B, T, H, D]
+        key_states = self.k_proj(hidden_states).view(hidden_shape)  # [B, T, H_kv, D]
+        if self.q_norm is not None:
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        value_input = hidden_states if value_hidden_states is None else value_hidden_states
+        value_states = self.value_path(self.v_proj(value_input).view(hidden_shape))  # [B, T, H_kv, D]
+
+        query_states, key_states, value_states = (x.transpose(1, 2) for x in (query_states, key_states, value_states))
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            sliding_window=self.sliding_window,
+            **kwargs,
+        )
+        attn_output = self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+        return attn_output, attn_weights
+
+
+class ValueArchDecoderLayer(GradientCheckpointingLayer):
+    """Pre-norm block: attention then MLP, each reading from and writing to depth through `router`."""
+
+    def __init__(self, config: ValueArchConfig, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.self_attn = ValueArchAttention(config, layer_idx)
+        self.mlp = ValueArchMLP(config)
+        self.input_layernorm = ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.router = build_layer_router(config, layer_idx)
+
+    def forward(
+        self,
+        stream,  # the depth-routing state; a [B, T, D] tensor for the standard residual
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ):
+        attn_input, value_input = self.router.read_attention(stream)
+        attn_output, _ = self.self_attn(
+            self.input_layernorm(attn_input),
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            cache=cache,
+            value_hidden_states=None if value_input is None else self.input_layernorm(value_input),
+            **kwargs,
+        )
+        stream = self.router.write(stream, attn_output)
+        mlp_output = self.mlp(self.post_attention_layernorm(self.router.read_mlp(stream)))
+        return self.router.write(stream, mlp_output)
+
+
+class ValueArchPreTrainedModel(PreTrainedModel):
+    config: ValueArchConfig
+    config_class = ValueArchConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["ValueArchDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        # Our cache has a per-layer class (see cache_valuearch.py); the base model builds it itself.
+        return False
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save as transformers does, with `AutoModel` added to the remote-code `auto_map`."""
+        base_model = self if isinstance(self, ValueArchModel) else self.model
+        self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}),
+                                "AutoModel": f"modeling_valuearch.{type(base_model).__name__}"}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class ValueArchModel(ValueArchPreTrainedModel):
+    """The decoder without a head: embeddings, layers, final RMSNorm."""
+
+    def __init__(self, config: ValueArchConfig):
+        super().__init__(config)
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        self.layers = nn.ModuleList([ValueArchDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.readout = build_readout(config)
+        self.norm = ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = ValueArchRotaryEmbedding(config)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def _attention_masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
+        """One mask per attention mixer type present in the model."""
+        mask_builders = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
+        return {
+            mixer: mask_builders[mixer](self.config, inputs_embeds, attention_mask, cache, position_ids)
+            for mixer in set(self.config.mixer_types)
+        }
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        cache = pop_cache(cache, kwargs)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("ValueArchModel.forward needs exactly one of input_ids or inputs_embeds.")
+        if input_ids is not None:
+            if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+                raise ValueError(
+                    f"input_ids must lie in [0, vocab_size={self.config.vocab_size}); got values in "
+                    f"[{int(input_ids.min())}, {int(input_ids.max())}]."
+                )
+            inputs_embeds = self.embed_tokens(input_ids)
+
+        if use_cache and cache is None:
+            cache = ValueArchCache(self.config)
+        if position_ids is None:
+            past_seen_tokens = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
+            position_ids = position_ids.unsqueeze(0)
+
+        masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
+
+        stream = self.readout.start(inputs_embeds)
+        for layer in self.layers:
+            stream = layer(
+                stream,
+                attention_mask=masks[layer.self_attn.mixer_type],
+                position_embeddings=position_embeddings,
+                cache=cache,
+                **kwargs,
+            )
+        hidden_states = self.norm(self.readout.finish(stream))
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_OUTPUT_FIELD: cache})
+
+
+class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
+    """The decoder with a language-modelling head (tied to the embeddings if `tie_word_embeddings`)."""
+
+    base_model_class = ValueArchModel  # each named architecture pairs its own base model class
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+
+    def __init__(self, config: ValueArchConfig):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        cache = pop_cache(cache, kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, slice_indices, :])
+        if self.config.final_logit_softcapping is not None:
+            cap = self.config.final_logit_softcapping
+            logits = cap * torch.tanh(logits / cap)
+
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            **{CACHE_OUTPUT_FIELD: getattr(outputs, CACHE_OUTPUT_FIELD)},
+        )
+
+
+__all__ = ["ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM"]
