@@ -7,12 +7,22 @@ and marks the classes for remote code, so `save_pretrained` writes the modeling 
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .configuration_valuearch import ValueArchConfig
-from .modeling_valuearch import ValueArchForCausalLM, ValueArchModel, ValueArchPreTrainedModel
+from .configuration_valuearch import AttnResConfig, RdAttnResConfig, ValueArchConfig
+from .modeling_valuearch import (
+    AttnResForCausalLM,
+    AttnResModel,
+    RdAttnResForCausalLM,
+    RdAttnResModel,
+    ValueArchForCausalLM,
+    ValueArchModel,
+    ValueArchPreTrainedModel,
+)
 
 # model_type -> (config class, base model class, causal-LM class); one entry per named architecture.
 MODEL_TYPES = {
     ValueArchConfig.model_type: (ValueArchConfig, ValueArchModel, ValueArchForCausalLM),
+    AttnResConfig.model_type: (AttnResConfig, AttnResModel, AttnResForCausalLM),
+    RdAttnResConfig.model_type: (RdAttnResConfig, RdAttnResModel, RdAttnResForCausalLM),
 }
 
 for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
@@ -23,4 +33,16 @@ for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
     _model_class.register_for_auto_class("AutoModel")
     _lm_class.register_for_auto_class("AutoModelForCausalLM")
 
-__all__ = ["MODEL_TYPES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel"]
+__all__ = [
+    "MODEL_TYPES",
+    "ValueArchConfig",
+    "ValueArchModel",
+    "ValueArchForCausalLM",
+    "ValueArchPreTrainedModel",
+    "AttnResConfig",
+    "AttnResModel",
+    "AttnResForCausalLM",
+    "RdAttnResConfig",
+    "RdAttnResModel",
+    "RdAttnResForCausalLM",
+]

@@ -17,7 +17,8 @@ from transformers.configuration_utils import PreTrainedConfig
 
 # --- allowed values of each axis ------------------------------------------------------------------
 VALUE_SOURCES = ("residual",)
-DEPTH_ROUTINGS = ("standard",)
+DEPTH_ROUTINGS = ("standard", "block_attnres", "rd_attnres")
+VALUE_ROUTES = ("learned", "tied", "average", "frozen")  # RD-AttnRes V-route query (depth_routing.py)
 MIXER_TYPES = ("full_attention", "sliding_attention")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
@@ -60,7 +61,11 @@ class ValueArchConfig(PreTrainedConfig):
 
     Axes:
         value_source: where attention values come from ("residual" = `h W_V`).
-        depth_routing: how sublayers read depth ("standard" residual stream).
+        depth_routing: how sublayers read depth: "standard" residual stream, "block_attnres" (Block
+            Attention Residuals) or "rd_attnres" (Role-Decoupled AttnRes); see depth_routing.py.
+        attnres_block_size: (block_attnres, rd_attnres) sublayers per block; an attention or MLP sublayer
+            counts as one, so 1 is Full AttnRes.
+        value_route: (rd_attnres) the V-route query: "learned", "tied", "average" or "frozen".
         mixer_types: per layer, "full_attention" or "sliding_attention" (window `sliding_window`).
     """
 
@@ -104,6 +109,8 @@ class ValueArchConfig(PreTrainedConfig):
     value_source: str = "residual"
     # --- axis 2: depth routing ---
     depth_routing: str = "standard"
+    attnres_block_size: int | None = None
+    value_route: str | None = None
     # --- axis 3: sequence mixer ---
     mixer_types: list[str] | None = None
     sliding_window: int | None = None
@@ -158,6 +165,16 @@ class ValueArchConfig(PreTrainedConfig):
 
         _check_choice("value_source", self.value_source, VALUE_SOURCES)
         _check_choice("depth_routing", self.depth_routing, DEPTH_ROUTINGS)
+        if self.depth_routing == "standard":
+            if self.attnres_block_size is not None:
+                _fail("attnres_block_size", self.attnres_block_size,
+                      "only meaningful with depth_routing 'block_attnres' or 'rd_attnres'; use None")
+        else:
+            _check_int("attnres_block_size", self.attnres_block_size)
+        if self.depth_routing == "rd_attnres":
+            _check_choice("value_route", self.value_route, VALUE_ROUTES)
+        elif self.value_route is not None:
+            _fail("value_route", self.value_route, "only meaningful with depth_routing 'rd_attnres'; use None")
 
         if not isinstance(self.mixer_types, (list, tuple)) or len(self.mixer_types) != self.num_hidden_layers:
             _fail("mixer_types", self.mixer_types,
@@ -171,4 +188,27 @@ class ValueArchConfig(PreTrainedConfig):
             _fail("sliding_window", self.sliding_window, "only meaningful when a layer is 'sliding_attention'")
 
 
-__all__ = ["ValueArchConfig"]
+# --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
+
+
+class AttnResConfig(ValueArchConfig):
+    """Block Attention Residuals (Kimi Team, arXiv:2603.15031)."""
+
+    model_type = "attnres"
+    depth_routing: str = "block_attnres"
+    # S = 4 sublayers: Table 4's Block AttnRes (S = 2, 4, 8 tie); N = 8 blocks for 16 layers ("N ≈ 8", §3.2).
+    attnres_block_size: int | None = 4
+
+
+class RdAttnResConfig(ValueArchConfig):
+    """Role-Decoupled Attention Residuals (Wang, arXiv:2608.01075) over Block AttnRes."""
+
+    model_type = "rd_attnres"
+    depth_routing: str = "rd_attnres"
+    # The RD-AttnRes abstract does not give the parent's block size; the Block AttnRes default (S = 4, Table 4).
+    attnres_block_size: int | None = 4
+    # "learning an independent value route" (RD-AttnRes abstract); the controls are the other values.
+    value_route: str | None = "learned"
+
+
+__all__ = ["ValueArchConfig", "AttnResConfig", "RdAttnResConfig"]

@@ -1,51 +1,359 @@
 """Axis 2, depth routing: what each sublayer reads from the layers below it.
 
-A routing strategy owns the "stream" that flows through the decoder layers. Each decoder layer holds
-one `layer router` and calls, in order:
+Every decoder layer holds one `layer router`; the depth state flows through the layers as a pair
+`(hidden_states, depth_state)`. `hidden_states` [B, T, D] is always the residual-equivalent stream
+(what `output_hidden_states` reports); `depth_state` is whatever else the routing carries (None for the
+standard residual). A decoder layer calls, in order:
 
-    attn_input, value_input = router.read_attention(stream)   # value_input: None = same as attn_input
-    stream = router.write(stream, attention_output)
-    mlp_input = router.read_mlp(stream)
-    stream = router.write(stream, mlp_output)
+    attn_input, value_input = router.read_attention(hidden_states, depth_state)  # value_input None: same
+    hidden_states, depth_state = router.write_attention(hidden_states, depth_state, attention_output)
+    mlp_input = router.read_mlp(hidden_states, depth_state)
+    hidden_states, depth_state = router.write_mlp(hidden_states, depth_state, mlp_output)
 
-and the model calls `readout.start(embeddings)` before the first layer and `readout.finish(stream)`
-before the final norm.
+and the model calls `readout.start(embeddings) -> (hidden_states, depth_state)` before the first layer
+and `readout.finish(hidden_states, depth_state)` before the final norm.
+
+Routings (config.depth_routing):
+
+* "standard": the pre-norm residual stream, h_{l+1} = h_l + f_l(Norm(h_l)).
+* "block_attnres": Block Attention Residuals (Kimi Team, arXiv:2603.15031, §3.2, Eq. 5-6). The sources
+  are the embedding b_0, the disjoint sums b_1..b_{n-1} of the sublayer outputs of each completed block
+  and the partial sum of the current block; every sublayer reads a softmax over depth
+  h = Σ_j α_j v_j, α = softmax_j(w · RMSNorm(v_j)) (Eq. 2-3; fp32 softmax, no 1/sqrt(d)), with its own
+  zero-initialised pseudo-query w and key RMSNorm. Blocks are `config.attnres_block_size` sublayers long
+  (an attention or MLP sublayer counts as one), scheduled as in Megatron-LM's `attention_residual.py`:
+  the depth state starts as (sources=(), partial=embedding); a sublayer that starts a block appends the
+  partial sum to the sources and starts a new partial sum with its output. A final read before the
+  final norm aggregates all sources.
+* "rd_attnres": Role-Decoupled AttnRes (Wang, arXiv:2608.01075): the attention-side read splits into a
+  Q/K route and a V route over the same sources and key norm; Q and K are projected from the Q/K-route
+  mixture, V from the V-route mixture. The MLP-side and final reads are unchanged. `config.value_route`
+  selects the V-route query (these control definitions are reconstructed from the paper's abstract,
+  which names the controls but does not define them; see spec_attnres.md §4):
+    - "learned": its own zero-initialised query `value_route_query`;
+    - "tied": the Q/K query, both routes executed (controls for duplicated routing; equals Block AttnRes);
+    - "average": both routes use (attn_route_query + value_route_query) / 2 (controls for the parameter);
+    - "frozen": a fixed zero query, i.e. a uniform mean over the sources (a fixed value route).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import initialization as init
+
+ATTNRES_ROUTINGS = ("block_attnres", "rd_attnres")
+
+
+# --- the depth softmax ---------------------------------------------------------------------------------
+
+
+class _DepthSoftmaxMix(torch.autograd.Function):
+    """k depth reads over the same sources in one pass (AttnRes Eq. 2-3, key-norm weight folded into q):
+
+        rstd_j = rsqrt(mean(v_j^2) + eps),  dots_jq = v_j · q_q,  α_jq = softmax_j(dots_jq · rstd_j),
+        out_q = Σ_j α_jq v_j
+
+    in float32, cast back to the values' dtype. Backward keeps only references to the values and the
+    per-token float32 α, dots and rstd [n, B, T, k] and recomputes the rest (as Megatron-LM's
+    `_AttnResAggregation`), so no per-source float32 copy lives until the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, queries: torch.Tensor, eps: float, *values: torch.Tensor):
+        # queries: [k, D] float32; values: n tensors [B, T, D]
+        hidden_size = values[0].shape[-1]
+        dots = torch.stack([v.float() @ queries.T for v in values])  # [n, B, T, k]
+        mean_squares = torch.stack(
+            [torch.linalg.vector_norm(v, dim=-1, dtype=torch.float32).square() for v in values]
+        ) / hidden_size  # [n, B, T]
+        rstd = torch.rsqrt(mean_squares + eps).unsqueeze(-1)  # [n, B, T, 1]
+        alpha = torch.softmax(dots * rstd, dim=0)  # [n, B, T, k]
+        alpha_by_query = alpha.permute(0, 3, 1, 2).unsqueeze(-1)  # [n, k, B, T, 1]
+        mixed = torch.zeros((queries.shape[0], *values[0].shape), dtype=torch.float32, device=values[0].device)
+        for alpha_j, v in zip(alpha_by_query, values):
+            mixed.addcmul_(alpha_j, v)  # [k, B, T, D]
+        ctx.save_for_backward(queries, alpha, dots, rstd, *values)
+        ctx.mark_non_differentiable(alpha)
+        return mixed.to(values[0].dtype), alpha
+
+    @staticmethod
+    def backward(ctx, grad_mixed: torch.Tensor, grad_alpha):
+        queries, alpha, dots, rstd, *values = ctx.saved_tensors
+        hidden_size = values[0].shape[-1]
+        grad = grad_mixed.float()  # [k, B, T, D]
+        # u_jq = <g_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
+        u = torch.stack([(grad * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k]
+        grad_logits = alpha * (u - (alpha * u).sum(0, keepdim=True))  # [n, B, T, k]
+        grad_dots = grad_logits * rstd  # d/d dots_jq  [n, B, T, k]
+        # d logit / d rstd · d rstd / d v_j = -(Σ_q dlogit_jq dots_jq) rstd_j^3 v_j / D
+        norm_coefficient = -(grad_logits * dots).sum(-1, keepdim=True) * rstd.pow(3) / hidden_size  # [n, B, T, 1]
+        grad_values = []
+        for alpha_j, grad_dots_j, coefficient_j, v in zip(alpha, grad_dots, norm_coefficient, values):
+            grad_v = coefficient_j * v + grad_dots_j @ queries  # [B, T, D]
+            for q in range(len(queries)):
+                grad_v.addcmul_(alpha_j[..., q : q + 1], grad[q])  # + α_jq g_q
+            grad_values.append(grad_v.to(v.dtype))
+        grad_queries = None
+        if ctx.needs_input_grad[0]:
+            grad_queries = sum(
+                grad_dots_j.flatten(0, 1).T @ v.float().flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
+            )  # [k, D]
+        return grad_queries, None, *grad_values
+
+
+def depth_softmax_mix(values: list[torch.Tensor], queries: torch.Tensor, eps: float):
+    """Mix `values` (n tensors [B, T, D]) over depth once per query ([k, D], key-norm weight folded in).
+
+    Returns the mixtures [k, B, T, D] (values' dtype) and the depth weights α [n, B, T, k] (float32, detached).
+    """
+    return _DepthSoftmaxMix.apply(queries.float(), eps, *values)
+
+
+# --- standard residual ---------------------------------------------------------------------------------
 
 
 class StandardResidual(nn.Module):
-    """The pre-norm residual stream: h_{l+1} = h_l + f_l(Norm(h_l)). The stream is one tensor [B, T, D]."""
+    """The pre-norm residual stream: h_{l+1} = h_l + f_l(Norm(h_l)); no depth state."""
 
-    def read_attention(self, stream: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return stream, None
+    def read_attention(self, hidden_states: torch.Tensor, depth_state: None) -> tuple[torch.Tensor, None]:
+        return hidden_states, None
 
-    def read_mlp(self, stream: torch.Tensor) -> torch.Tensor:
-        return stream
+    def read_mlp(self, hidden_states: torch.Tensor, depth_state: None) -> torch.Tensor:
+        return hidden_states
 
-    def write(self, stream: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-        return stream + output
+    def write_attention(self, hidden_states: torch.Tensor, depth_state: None, output: torch.Tensor):
+        return hidden_states + output, None
+
+    write_mlp = write_attention
 
 
 class StandardReadout(nn.Module):
     """Model-level ends of the standard residual stream: it starts as the embeddings and is read as is."""
 
-    def start(self, embeddings: torch.Tensor) -> torch.Tensor:
-        return embeddings
+    def start(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return embeddings, None
 
-    def finish(self, stream: torch.Tensor) -> torch.Tensor:
-        return stream
+    def finish(self, hidden_states: torch.Tensor, depth_state: None) -> torch.Tensor:
+        return hidden_states
+
+
+# --- Block AttnRes / RD-AttnRes ------------------------------------------------------------------------
+
+
+class DepthKeyRMSNorm(nn.Module):
+    """The key RMSNorm of one depth read (its learnable weight, init ones, folds into the query:
+    w · (γ ⊙ RMSNorm(v)) = (w ⊙ γ) · RMSNorm(v))."""
+
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def extra_repr(self):
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+
+
+class _DepthRecording:
+    """Opt-in record of the last forward's depth weights (detached, per token) for `diagnostics()`."""
+
+    record_routes = False
+
+    def _record(self, name: str, alpha: torch.Tensor):
+        if self.record_routes:
+            self.recorded_routes[name] = alpha.detach()  # [n, B, T]
+
+    def route_diagnostics(self, token_mask: torch.Tensor | None = None) -> dict:
+        """Mean depth distribution of every recorded read (over tokens where `token_mask` [B, T] is true)."""
+        return {name: mean_over_tokens(alpha, token_mask).tolist() for name, alpha in self.recorded_routes.items()}
+
+
+def mean_over_tokens(per_token: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Average [..., B, T] over its last two dims, only where `token_mask` [B, T] is true; returns float32 on CPU."""
+    per_token = per_token.float()
+    if token_mask is None:
+        return per_token.mean((-2, -1)).cpu()
+    weights = token_mask.to(per_token.device, torch.float32)
+    return ((per_token * weights).sum((-2, -1)) / weights.sum()).cpu()
+
+
+def jensen_shannon(p: torch.Tensor, q: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """JS(p, q) = ½ KL(p‖m) + ½ KL(q‖m), m = ½(p + q), in nats, over `dim` (RD-AttnRes diagnostic)."""
+    m = 0.5 * (p + q)
+    return 0.5 * (torch.xlogy(p, p / m).sum(dim) + torch.xlogy(q, q / m).sum(dim))
+
+
+class BlockAttnResRouter(_DepthRecording, nn.Module):
+    """Depth router of one decoder layer for Block AttnRes and RD-AttnRes (see the module docstring).
+
+    depth_state = (sources, partial): sources a tuple of [B, T, D] (embedding, then completed block sums),
+    partial [B, T, D] the sum of the current block's sublayer outputs so far. hidden_states is carried
+    alongside as Σ sources + partial, the standard residual stream these sources partition.
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        hidden_size, eps = config.hidden_size, config.rms_norm_eps
+        self.key_norm_eps = eps
+        block_size = config.attnres_block_size
+        # Sublayer 2l is layer l's attention, 2l + 1 its MLP; a block starts every `block_size` sublayers.
+        self.attention_starts_block = (2 * layer_idx) % block_size == 0
+        self.mlp_starts_block = (2 * layer_idx + 1) % block_size == 0
+        self.attn_route_query = nn.Parameter(torch.zeros(hidden_size))  # w_l, zero-init (paper §3.1)
+        self.attn_route_key_norm = DepthKeyRMSNorm(hidden_size, eps)
+        self.mlp_route_query = nn.Parameter(torch.zeros(hidden_size))
+        self.mlp_route_key_norm = DepthKeyRMSNorm(hidden_size, eps)
+        self.value_route = config.value_route if config.depth_routing == "rd_attnres" else None
+        if self.value_route in ("learned", "average"):
+            self.value_route_query = nn.Parameter(torch.zeros(hidden_size))  # zero-init [unverified]
+        self.recorded_routes: dict[str, torch.Tensor] = {}
+
+    def init_valuearch_weights(self):
+        """Pseudo-queries start at zero: uniform depth weights, the PreNorm model up to ε (paper §3.1)."""
+        init.zeros_(self.attn_route_query)
+        init.zeros_(self.mlp_route_query)
+        if hasattr(self, "value_route_query"):
+            init.zeros_(self.value_route_query)
+
+    def _attention_queries(self) -> torch.Tensor:
+        """[1, D] (Block AttnRes) or [2, D] (Q/K route, V route) queries, key-norm weight folded in."""
+        qk_query, gamma = self.attn_route_query, self.attn_route_key_norm.weight
+        if self.value_route is None:
+            return (qk_query * gamma).unsqueeze(0)
+        if self.value_route == "learned":
+            value_query = self.value_route_query
+        elif self.value_route == "tied":
+            value_query = qk_query
+        elif self.value_route == "average":
+            qk_query = value_query = 0.5 * (qk_query + self.value_route_query)
+        else:  # "frozen": uniform mean over the sources
+            value_query = torch.zeros_like(qk_query)
+        return torch.stack([qk_query, value_query]) * gamma
+
+    def read_attention(self, hidden_states, depth_state):
+        sources, partial = depth_state
+        mixed, alpha = depth_softmax_mix([*sources, partial], self._attention_queries(), self.key_norm_eps)
+        self._record("attention_qk", alpha[..., 0])
+        if self.value_route is None:
+            return mixed[0], None
+        self._record("attention_value", alpha[..., 1])
+        return mixed[0], mixed[1]
+
+    def read_mlp(self, hidden_states, depth_state):
+        sources, partial = depth_state
+        query = (self.mlp_route_query * self.mlp_route_key_norm.weight).unsqueeze(0)
+        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.key_norm_eps)
+        self._record("mlp", alpha[..., 0])
+        return mixed[0]
+
+    @staticmethod
+    def _write(hidden_states, depth_state, output, starts_block: bool):
+        sources, partial = depth_state
+        if starts_block:  # the completed block sum (the embedding, at sublayer 0) becomes a source
+            return hidden_states + output, ((*sources, partial), output)
+        return hidden_states + output, (sources, partial + output)
+
+    def write_attention(self, hidden_states, depth_state, output):
+        return self._write(hidden_states, depth_state, output, self.attention_starts_block)
+
+    def write_mlp(self, hidden_states, depth_state, output):
+        return self._write(hidden_states, depth_state, output, self.mlp_starts_block)
+
+    def diagnostics(self, token_mask: torch.Tensor | None = None) -> dict:
+        """Last recorded forward: mean depth distributions of the attention Q/K route ("attention_qk"),
+        the V route ("attention_value", RD-AttnRes) and the MLP read ("mlp"), lists over sources
+        (embedding first); "qk_value_js": per-token Jensen-Shannon divergence between the Q/K and V
+        routes averaged over tokens (RD-AttnRes); and the norms of the pseudo-queries."""
+        report = self.route_diagnostics(token_mask)
+        if "attention_value" in self.recorded_routes:
+            js = jensen_shannon(self.recorded_routes["attention_qk"], self.recorded_routes["attention_value"])
+            report["qk_value_js"] = float(mean_over_tokens(js, token_mask))
+        for name, parameter in self.named_parameters():
+            if name.endswith("route_query"):
+                report[f"{name}_norm"] = float(parameter.detach().float().norm())
+        return report
+
+
+class BlockAttnResReadout(_DepthRecording, nn.Module):
+    """Model-level ends of (RD-)AttnRes: the state starts as (sources=(), partial=embedding); the final
+    read aggregates all sources with its own pseudo-query before the final norm (paper §3.2)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.key_norm_eps = config.rms_norm_eps
+        self.final_route_query = nn.Parameter(torch.zeros(config.hidden_size))
+        self.final_route_key_norm = DepthKeyRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.recorded_routes: dict[str, torch.Tensor] = {}
+
+    def init_valuearch_weights(self):
+        init.zeros_(self.final_route_query)
+
+    def start(self, embeddings: torch.Tensor):
+        return embeddings, ((), embeddings)
+
+    def finish(self, hidden_states, depth_state) -> torch.Tensor:
+        sources, partial = depth_state
+        query = (self.final_route_query * self.final_route_key_norm.weight).unsqueeze(0)
+        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.key_norm_eps)
+        self._record("final", alpha[..., 0])
+        return mixed[0]
+
+    def diagnostics(self, token_mask: torch.Tensor | None = None) -> dict:
+        """Last recorded forward: mean depth distribution of the final read ("final"), query norm."""
+        report = self.route_diagnostics(token_mask)
+        report["final_route_query_norm"] = float(self.final_route_query.detach().float().norm())
+        return report
+
+
+# --- construction and diagnostics over a model ---------------------------------------------------------
 
 
 def build_layer_router(config, layer_idx: int) -> nn.Module:
     """The depth router of decoder layer `layer_idx`."""
+    if config.depth_routing in ATTNRES_ROUTINGS:
+        return BlockAttnResRouter(config, layer_idx)
     return StandardResidual()
 
 
 def build_readout(config) -> nn.Module:
     """The model-level start and final read of the depth routing."""
+    if config.depth_routing in ATTNRES_ROUTINGS:
+        return BlockAttnResReadout(config)
     return StandardReadout()
+
+
+def record_depth_routes(model: nn.Module, enabled: bool = True):
+    """Make every depth read of `model` keep its last forward's per-token weights (detached; cheap enough
+    to leave on during training: n·B·T floats per read) for `diagnostics()`."""
+    for module in model.modules():
+        if isinstance(module, _DepthRecording):
+            module.record_routes = enabled
+            module.recorded_routes = {}
+
+
+@torch.no_grad()
+def depth_route_report(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> dict:
+    """Run `model` on a batch and return its depth distributions and the RD-AttnRes JS diagnostic.
+
+    Returns {"layers": [router.diagnostics() per layer], "final": readout.diagnostics(),
+    "mean_qk_value_js": mean over layers of the per-token JS between Q/K and V routes (RD-AttnRes only)},
+    averaged over the tokens where `attention_mask` is 1.
+    """
+    was_training = model.training
+    model.eval()
+    record_depth_routes(model, True)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        routers = [m for m in model.modules() if isinstance(m, BlockAttnResRouter)]
+        readout = next(m for m in model.modules() if isinstance(m, BlockAttnResReadout))
+        report = {
+            "layers": [router.diagnostics(attention_mask) for router in routers],
+            "final": readout.diagnostics(attention_mask),
+        }
+    finally:
+        record_depth_routes(model, False)
+        model.train(was_training)
+    js = [layer["qk_value_js"] for layer in report["layers"] if "qk_value_js" in layer]
+    if js:
+        report["mean_qk_value_js"] = sum(js) / len(js)
+    return report

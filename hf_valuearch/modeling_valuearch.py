@@ -30,7 +30,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .cache_valuearch import ValueArchCache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
-from .configuration_valuearch import ValueArchConfig
+from .configuration_valuearch import AttnResConfig, RdAttnResConfig, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
 from .value_paths import build_value_path
 
@@ -235,13 +235,14 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
 
     def forward(
         self,
-        stream,  # the depth-routing state; a [B, T, D] tensor for the standard residual
+        hidden_states: torch.Tensor,  # [B, T, D], the residual stream (residual-equivalent sum under AttnRes)
+        depth_state=None,  # what else the depth routing carries (None for the standard residual)
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
         **kwargs,
-    ):
-        attn_input, value_input = self.router.read_attention(stream)
+    ) -> tuple[torch.Tensor, object]:
+        attn_input, value_input = self.router.read_attention(hidden_states, depth_state)
         attn_output, _ = self.self_attn(
             self.input_layernorm(attn_input),
             position_embeddings=position_embeddings,
@@ -250,9 +251,9 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
             value_hidden_states=None if value_input is None else self.input_layernorm(value_input),
             **kwargs,
         )
-        stream = self.router.write(stream, attn_output)
-        mlp_output = self.mlp(self.post_attention_layernorm(self.router.read_mlp(stream)))
-        return self.router.write(stream, mlp_output)
+        hidden_states, depth_state = self.router.write_attention(hidden_states, depth_state, attn_output)
+        mlp_output = self.mlp(self.post_attention_layernorm(self.router.read_mlp(hidden_states, depth_state)))
+        return self.router.write_mlp(hidden_states, depth_state, mlp_output)
 
 
 class ValueArchPreTrainedModel(PreTrainedModel):
@@ -272,6 +273,12 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         # Our cache has a per-layer class (see cache_valuearch.py); the base model builds it itself.
         return False
+
+    def _init_weights(self, module):
+        """Transformers' default init, then the axis modules' own (`init_valuearch_weights`, e.g. zero queries)."""
+        super()._init_weights(module)
+        if hasattr(module, "init_valuearch_weights"):
+            module.init_valuearch_weights()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with `AutoModel` added to the remote-code `auto_map`."""
@@ -337,16 +344,17 @@ class ValueArchModel(ValueArchPreTrainedModel):
         masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
 
-        stream = self.readout.start(inputs_embeds)
+        hidden_states, depth_state = self.readout.start(inputs_embeds)
         for layer in self.layers:
-            stream = layer(
-                stream,
+            hidden_states, depth_state = layer(
+                hidden_states,
+                depth_state,
                 attention_mask=masks[layer.self_attn.mixer_type],
                 position_embeddings=position_embeddings,
                 cache=cache,
                 **kwargs,
             )
-        hidden_states = self.norm(self.readout.finish(stream))
+        hidden_states = self.norm(self.readout.finish(hidden_states, depth_state))
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_OUTPUT_FIELD: cache})
 
 
@@ -407,4 +415,33 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
         )
 
 
-__all__ = ["ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM"]
+# --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
+
+
+class AttnResModel(ValueArchModel):
+    config_class = AttnResConfig
+
+
+class AttnResForCausalLM(ValueArchForCausalLM):
+    config_class = AttnResConfig
+    base_model_class = AttnResModel
+
+
+class RdAttnResModel(ValueArchModel):
+    config_class = RdAttnResConfig
+
+
+class RdAttnResForCausalLM(ValueArchForCausalLM):
+    config_class = RdAttnResConfig
+    base_model_class = RdAttnResModel
+
+
+__all__ = [
+    "ValueArchPreTrainedModel",
+    "ValueArchModel",
+    "ValueArchForCausalLM",
+    "AttnResModel",
+    "AttnResForCausalLM",
+    "RdAttnResModel",
+    "RdAttnResForCausalLM",
+]
