@@ -54,23 +54,23 @@ class _DepthSoftmaxMix(torch.autograd.Function):
         rstd_j = rsqrt(mean(v_j^2) + eps),  dots_jq = v_j · q_q,  α_jq = softmax_j(dots_jq · rstd_j),
         out_q = Σ_j α_jq v_j
 
-    in float32, cast back to the values' dtype. Backward keeps only references to the values and the
+    in float32 (float64 for float64 values), cast back to the values' dtype. Backward keeps only references to the values and the
     per-token float32 α, dots and rstd [n, B, T, k] and recomputes the rest (as Megatron-LM's
     `_AttnResAggregation`), so no per-source float32 copy lives until the backward pass.
     """
 
     @staticmethod
     def forward(ctx, queries: torch.Tensor, eps: float, *values: torch.Tensor):
-        # queries: [k, D] float32; values: n tensors [B, T, D]
-        hidden_size = values[0].shape[-1]
-        dots = torch.stack([v.float() @ queries.T for v in values])  # [n, B, T, k]
+        # queries: [k, D] in the compute dtype; values: n tensors [B, T, D]
+        hidden_size, dtype = values[0].shape[-1], queries.dtype
+        dots = torch.stack([v.to(dtype) @ queries.T for v in values])  # [n, B, T, k]
         mean_squares = torch.stack(
-            [torch.linalg.vector_norm(v, dim=-1, dtype=torch.float32).square() for v in values]
+            [torch.linalg.vector_norm(v, dim=-1, dtype=dtype).square() for v in values]
         ) / hidden_size  # [n, B, T]
         rstd = torch.rsqrt(mean_squares + eps).unsqueeze(-1)  # [n, B, T, 1]
         alpha = torch.softmax(dots * rstd, dim=0)  # [n, B, T, k]
         alpha_by_query = alpha.permute(0, 3, 1, 2).unsqueeze(-1)  # [n, k, B, T, 1]
-        mixed = torch.zeros((queries.shape[0], *values[0].shape), dtype=torch.float32, device=values[0].device)
+        mixed = torch.zeros((queries.shape[0], *values[0].shape), dtype=dtype, device=values[0].device)
         for alpha_j, v in zip(alpha_by_query, values):
             mixed.addcmul_(alpha_j, v)  # [k, B, T, D]
         ctx.save_for_backward(queries, alpha, dots, rstd, *values)
@@ -81,7 +81,7 @@ class _DepthSoftmaxMix(torch.autograd.Function):
     def backward(ctx, grad_mixed: torch.Tensor, grad_alpha):
         queries, alpha, dots, rstd, *values = ctx.saved_tensors
         hidden_size = values[0].shape[-1]
-        grad = grad_mixed.float()  # [k, B, T, D]
+        grad = grad_mixed.to(queries.dtype)  # [k, B, T, D]
         # u_jq = <g_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
         u = torch.stack([(grad * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k]
         grad_logits = alpha * (u - (alpha * u).sum(0, keepdim=True))  # [n, B, T, k]
@@ -97,7 +97,7 @@ class _DepthSoftmaxMix(torch.autograd.Function):
         grad_queries = None
         if ctx.needs_input_grad[0]:
             grad_queries = sum(
-                grad_dots_j.flatten(0, 1).T @ v.float().flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
+                grad_dots_j.flatten(0, 1).T @ v.to(queries.dtype).flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
             )  # [k, D]
         return grad_queries, None, *grad_values
 
@@ -105,9 +105,11 @@ class _DepthSoftmaxMix(torch.autograd.Function):
 def depth_softmax_mix(values: list[torch.Tensor], queries: torch.Tensor, eps: float):
     """Mix `values` (n tensors [B, T, D]) over depth once per query ([k, D], key-norm weight folded in).
 
-    Returns the mixtures [k, B, T, D] (values' dtype) and the depth weights α [n, B, T, k] (float32, detached).
+    Returns the mixtures [k, B, T, D] (values' dtype) and the depth weights α [n, B, T, k] (float32 or
+    float64, detached).
     """
-    return _DepthSoftmaxMix.apply(queries.float(), eps, *values)
+    compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
+    return _DepthSoftmaxMix.apply(queries.to(compute_dtype), eps, *values)
 
 
 # --- standard residual ---------------------------------------------------------------------------------
@@ -180,7 +182,7 @@ def mean_over_tokens(per_token: torch.Tensor, token_mask: torch.Tensor | None = 
 def jensen_shannon(p: torch.Tensor, q: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """JS(p, q) = ½ KL(p‖m) + ½ KL(q‖m), m = ½(p + q), in nats, over `dim` (RD-AttnRes diagnostic)."""
     m = 0.5 * (p + q)
-    return 0.5 * (torch.xlogy(p, p / m).sum(dim) + torch.xlogy(q, q / m).sum(dim))
+    return 0.5 * (torch.xlogy(p, p) - torch.xlogy(p, m) + torch.xlogy(q, q) - torch.xlogy(q, m)).sum(dim)
 
 
 class BlockAttnResRouter(_DepthRecording, nn.Module):

@@ -1,0 +1,63 @@
+"""Conversions into the depth-routing architectures (not shipped with checkpoints).
+
+* `llama_to_attnres`: a Llama (or any hf_valuearch) causal LM -> Block AttnRes with the same weights and
+  zero pseudo-queries. Every sublayer then reads h / n (h the PreNorm residual stream, n its number of
+  sources) and RMSNorm is scale-invariant up to its ε, so the logits equal the source's up to
+  RMSNorm(h / n) vs RMSNorm(h): a relative difference of at most ε (n² - 1) / (2 mean(h²)) per norm.
+* `attnres_to_rd_attnres`: Block AttnRes -> RD-AttnRes with a learned value route whose query starts as a
+  copy of the Q/K query: the two routes start tied, so the logits are identical.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .configuration_valuearch import AttnResConfig, RdAttnResConfig
+from .modeling_valuearch import AttnResForCausalLM, RdAttnResForCausalLM
+
+_DEPTH_FIELDS = ("depth_routing", "attnres_block_size", "value_route")
+_NOT_CARRIED = ("architectures", "transformers_version", "auto_map", "model_type", *_DEPTH_FIELDS)
+
+
+def _carried_fields(source_config, target_config_class) -> dict:
+    """The source config's fields that the target config also has (backbone and the other axes)."""
+    return {
+        name: value
+        for name, value in source_config.to_dict().items()
+        if name in target_config_class.__dataclass_fields__ and name not in _NOT_CARRIED
+    }
+
+
+def _load_same_weights(target: nn.Module, source: nn.Module, new_parameters: str) -> nn.Module:
+    """Copy every source weight into `target`; only parameters whose names contain `new_parameters` may be new."""
+    missing, unexpected = target.load_state_dict(source.state_dict(), strict=False)
+    missing = [name for name in missing if new_parameters not in name and name != "lm_head.weight"]
+    if missing or unexpected:
+        raise ValueError(f"cannot convert {type(source).__name__}: missing {missing}, unexpected {unexpected}")
+    if target.config.tie_word_embeddings:
+        target.tie_weights()
+    return target.to(next(source.parameters()).dtype).train(source.training)
+
+
+def llama_to_attnres(model: nn.Module, attnres_block_size: int | None = None) -> AttnResForCausalLM:
+    """A Block AttnRes copy of a Llama-style causal LM (zero pseudo-queries, key-norm weights one)."""
+    fields = _carried_fields(model.config, AttnResConfig)
+    if attnres_block_size is not None:
+        fields["attnres_block_size"] = attnres_block_size
+    target = AttnResForCausalLM(AttnResConfig(**fields))
+    return _load_same_weights(target, model, new_parameters="route_")
+
+
+def attnres_to_rd_attnres(model: AttnResForCausalLM, value_route: str = "learned") -> RdAttnResForCausalLM:
+    """An RD-AttnRes copy of a Block AttnRes model whose V route starts tied to its Q/K route."""
+    if model.config.depth_routing != "block_attnres":
+        raise ValueError(f"attnres_to_rd_attnres needs depth_routing='block_attnres', got {model.config.depth_routing!r}")
+    fields = _carried_fields(model.config, RdAttnResConfig)
+    config = RdAttnResConfig(**fields, attnres_block_size=model.config.attnres_block_size, value_route=value_route)
+    target = _load_same_weights(RdAttnResForCausalLM(config), model, new_parameters="value_route_query")
+    with torch.no_grad():
+        for layer in target.model.layers:
+            if hasattr(layer.router, "value_route_query"):
+                layer.router.value_route_query.copy_(layer.router.attn_route_query)
+    return target

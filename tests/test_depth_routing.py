@@ -1,0 +1,359 @@
+"""Block AttnRes / RD-AttnRes: the depth softmax, the block schedule, the equivalences, diagnostics, configs."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+
+import pytest
+import torch
+
+from hf_valuearch import MODEL_TYPES
+from hf_valuearch.depth_routing import (
+    depth_route_report,
+    depth_softmax_mix,
+    jensen_shannon,
+    record_depth_routes,
+)
+from tests.common import random_ids, tiny_config, tiny_model
+
+VALUE_ROUTES = ("learned", "tied", "average", "frozen")
+
+
+def naive_depth_read(values, query, key_norm_weight, eps):
+    """The spec's drop-in reference (Kimi Eq. 2-3): softmax_j(w · RMSNorm(v_j)) by autograd, float32 or wider."""
+    dtype = torch.promote_types(values[0].dtype, torch.float32)
+    stacked = torch.stack([v.to(dtype) for v in values])  # [n, B, T, D]
+    keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + eps) * key_norm_weight.to(dtype)
+    alpha = (keys @ query.to(dtype)).softmax(0)  # [n, B, T]
+    return (alpha.unsqueeze(-1) * stacked).sum(0).to(values[0].dtype)
+
+
+def randomize_routes(model, seed=0, scale=1.0):
+    """Give every pseudo-query and key-norm weight random values, so the depth weights are far from uniform."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "route_query" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+            elif "route_key_norm" in name:
+                parameter.copy_(1 + 0.3 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+# --- the depth softmax -----------------------------------------------------------------------------------
+
+
+def test_depth_read_hand_computed():
+    # v0 = [1, 1] -> RMSNorm [1, 1]; v1 = [2, 0] -> RMSNorm [√2, 0]; q = [1, 0]: logits 1, √2.
+    values = [torch.tensor([[[1.0, 1.0]]]), torch.tensor([[[2.0, 0.0]]])]
+    mixed, alpha = depth_softmax_mix(values, torch.tensor([[1.0, 0.0]]), eps=0.0)
+    a1 = 1 / (1 + math.exp(1 - math.sqrt(2)))
+    torch.testing.assert_close(alpha[:, 0, 0, 0], torch.tensor([1 - a1, a1]))
+    torch.testing.assert_close(mixed[0, 0, 0], torch.tensor([(1 - a1) + 2 * a1, 1 - a1]))
+    # a zero query is a uniform mean; no 1/sqrt(d) scaling: doubling q doubles the logits.
+    mixed, _ = depth_softmax_mix(values, torch.zeros(1, 2), eps=0.0)
+    torch.testing.assert_close(mixed[0, 0, 0], torch.tensor([1.5, 0.5]))
+    _, alpha2 = depth_softmax_mix(values, torch.tensor([[2.0, 0.0]]), eps=0.0)
+    a2 = 1 / (1 + math.exp(2 - 2 * math.sqrt(2)))
+    torch.testing.assert_close(alpha2[1, 0, 0, 0], torch.tensor(a2))
+
+
+@pytest.mark.parametrize("num_queries", [1, 2])
+def test_depth_softmax_gradcheck(num_queries):
+    generator = torch.Generator().manual_seed(0)
+    values = [torch.randn(2, 3, 5, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    queries = torch.randn(num_queries, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+
+    def mix(queries, *values):
+        return depth_softmax_mix(list(values), queries, 1e-6)[0]
+
+    assert torch.autograd.gradcheck(mix, (queries, *values), eps=1e-6, atol=1e-7)
+
+
+def test_depth_softmax_matches_naive_formula():
+    generator = torch.Generator().manual_seed(1)
+    values = [torch.randn(2, 4, 16, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]
+    route_query = torch.randn(16, generator=generator, dtype=torch.float64, requires_grad=True)
+    key_norm_weight = (1 + 0.2 * torch.randn(16, generator=generator, dtype=torch.float64)).requires_grad_()
+    grad_output = torch.randn(2, 4, 16, generator=generator, dtype=torch.float64)
+
+    def gradients(read):
+        output = read()
+        return [output, *torch.autograd.grad(output, [*values, route_query, key_norm_weight], grad_output)]
+
+    fused = gradients(lambda: depth_softmax_mix(values, (route_query * key_norm_weight)[None], 1e-6)[0][0])
+    naive = gradients(lambda: naive_depth_read(values, route_query, key_norm_weight, 1e-6))
+    for got, expected in zip(fused, naive):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_depth_softmax_saves_no_float32_copies():
+    """Backward keeps the bf16 values by reference plus per-token float32 statistics only."""
+    values = [torch.randn(2, 8, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    queries = torch.zeros(2, 64, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        depth_softmax_mix(values, queries, 1e-6)
+    large_float32 = [t for t in saved if t.dtype == torch.float32 and t.numel() >= 2 * 8 * 64]
+    assert not large_float32
+    assert sum(any(t is v for t in saved) for v in values) == 3
+
+
+# --- the block schedule --------------------------------------------------------------------------------
+
+
+def reference_logits(model, input_ids):
+    """Megatron's schedule written out (spec §1.3 drop-in): sources=[], partial=embedding; a sublayer whose
+    index is a multiple of the block size first appends the partial sum and reads only the sources."""
+    base, config = model.model, model.config
+    block_size, eps = config.attnres_block_size, config.rms_norm_eps
+    embeddings = base.embed_tokens(input_ids)
+    position_ids = torch.arange(input_ids.shape[1])[None]
+    position_embeddings = base.rotary_emb(embeddings, position_ids)
+    sources, partial, sublayer = [], embeddings, 0
+
+    def start_sublayer():
+        nonlocal sources, partial
+        if sublayer % block_size == 0:
+            sources, partial = sources + [partial], None
+        return sources + ([partial] if partial is not None else [])
+
+    for layer in base.layers:
+        router = layer.router
+        visible = start_sublayer()
+        qk_input = naive_depth_read(visible, router.attn_route_query, router.attn_route_key_norm.weight, eps)
+        value_query = {
+            "learned": getattr(router, "value_route_query", None),
+            "tied": router.attn_route_query,
+            "frozen": torch.zeros_like(router.attn_route_query),
+            None: router.attn_route_query,
+        }.get(config.value_route)
+        if config.value_route == "average":
+            value_query = (router.attn_route_query + router.value_route_query) / 2
+            qk_input = naive_depth_read(visible, value_query, router.attn_route_key_norm.weight, eps)
+        value_input = naive_depth_read(visible, value_query, router.attn_route_key_norm.weight, eps)
+        output, _ = layer.self_attn(
+            layer.input_layernorm(qk_input),
+            position_embeddings=position_embeddings,
+            value_hidden_states=layer.input_layernorm(value_input),
+        )
+        partial = output if partial is None else partial + output
+        sublayer += 1
+        visible = start_sublayer()
+        mlp_input = naive_depth_read(visible, router.mlp_route_query, router.mlp_route_key_norm.weight, eps)
+        output = layer.mlp(layer.post_attention_layernorm(mlp_input))
+        partial = output if partial is None else partial + output
+        sublayer += 1
+    readout = base.readout
+    final = naive_depth_read(sources + [partial], readout.final_route_query, readout.final_route_key_norm.weight, eps)
+    return model.lm_head(base.norm(final))
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 3, 4, 7])
+def test_block_attnres_follows_megatron_schedule(block_size):
+    model = randomize_routes(tiny_model("attnres", attnres_block_size=block_size)).double()
+    input_ids = random_ids(2, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, reference_logits(model, input_ids), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("value_route", VALUE_ROUTES)
+def test_rd_attnres_follows_reference(value_route):
+    model = randomize_routes(tiny_model("rd_attnres", attnres_block_size=3, value_route=value_route)).double()
+    input_ids = random_ids(2, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, reference_logits(model, input_ids), rtol=1e-9, atol=1e-9)
+
+
+def test_visible_sources_per_read():
+    """Megatron: layer l (1-based, k layers per block) has floor((l-1)/k)+1 completed sources; its attention
+    read sees them plus the partial sum unless l starts a block, its MLP read sees them plus the partial
+    sum; the final read sees floor((L-1)/k)+2. The embedding is counted once."""
+    model = tiny_model("attnres", num_hidden_layers=4, attnres_block_size=4)  # k = 2 transformer layers
+    record_depth_routes(model)
+    model(random_ids(1, 5))
+    layers_per_block = 2
+    for l, layer in enumerate(model.model.layers, start=1):
+        sources = (l - 1) // layers_per_block + 1
+        starts_block = (l - 1) % layers_per_block == 0
+        assert layer.router.recorded_routes["attention_qk"].shape[0] == sources + (0 if starts_block else 1)
+        assert layer.router.recorded_routes["mlp"].shape[0] == sources + 1
+    assert model.model.readout.recorded_routes["final"].shape[0] == (4 - 1) // layers_per_block + 2
+
+
+# --- equivalences --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type,extra", [("attnres", {}), *[("rd_attnres", {"value_route": r}) for r in VALUE_ROUTES]])
+def test_zero_queries_equal_standard_decoder(model_type, extra):
+    """Zero pseudo-queries: every read is h/n and RMSNorm is scale-invariant up to ε, so the logits and the
+    hidden states equal the standard decoder's with the same weights. Relative error per norm is at most
+    ε (n² - 1) / (2 mean(h²)); with ε = 1e-10 the logits agree to 1e-5 in float32."""
+    model = tiny_model(model_type, rms_norm_eps=1e-10, attnres_block_size=2, **extra)
+    standard = tiny_model("valuearch", rms_norm_eps=1e-10)
+    missing, unexpected = standard.load_state_dict(model.state_dict(), strict=False)
+    assert not missing and all("route_" in name for name in unexpected)
+    input_ids = random_ids(2, 9)
+    with torch.no_grad():
+        out, expected = model(input_ids, output_hidden_states=True), standard(input_ids, output_hidden_states=True)
+    torch.testing.assert_close(out.logits, expected.logits, rtol=1e-5, atol=1e-5)
+    for hidden, hidden_expected in zip(out.hidden_states, expected.hidden_states):
+        assert hidden.shape == (2, 9, 64)
+        torch.testing.assert_close(hidden, hidden_expected, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_queries_differ_only_by_norm_epsilon():
+    """At a finite ε the difference is the predicted ε effect, linear in ε: 100x smaller ε, ~100x smaller."""
+    input_ids = random_ids(2, 9)
+    differences = []
+    for eps in (1e-6, 1e-8):
+        model, standard = tiny_model("attnres", rms_norm_eps=eps), tiny_model("valuearch", rms_norm_eps=eps)
+        standard.load_state_dict(model.state_dict(), strict=False)
+        with torch.no_grad():
+            differences.append((model(input_ids).logits - standard(input_ids).logits).abs().max().item())
+    assert differences[0] > 30 * differences[1]
+
+
+def test_tied_value_route_is_block_attnres():
+    attnres = randomize_routes(tiny_model("attnres", attnres_block_size=3))
+    tied = tiny_model("rd_attnres", attnres_block_size=3, value_route="tied")
+    tied.load_state_dict(attnres.state_dict())
+    input_ids = random_ids(2, 9)
+    torch.testing.assert_close(tied(input_ids).logits, attnres(input_ids).logits, rtol=0, atol=1e-6)
+    tied(input_ids).logits.square().mean().backward()
+    attnres(input_ids).logits.square().mean().backward()
+    for (name, p_tied), (_, p_attnres) in zip(tied.named_parameters(), attnres.named_parameters()):
+        torch.testing.assert_close(p_tied.grad, p_attnres.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_learned_value_route_equal_to_qk_route_is_block_attnres():
+    attnres = randomize_routes(tiny_model("attnres", attnres_block_size=3))
+    learned = tiny_model("rd_attnres", attnres_block_size=3)
+    learned.load_state_dict(attnres.state_dict(), strict=False)
+    input_ids = random_ids(2, 9)
+    with torch.no_grad():
+        for layer in learned.model.layers:
+            layer.router.value_route_query.copy_(layer.router.attn_route_query)
+        torch.testing.assert_close(learned(input_ids).logits, attnres(input_ids).logits, rtol=0, atol=1e-6)
+        learned.model.layers[1].router.value_route_query.add_(1.0)
+        assert (learned(input_ids).logits - attnres(input_ids).logits).abs().max() > 1e-3
+
+
+def test_value_route_controls():
+    """average: both routes use the mean query (one extra parameter, Block AttnRes behaviour);
+    frozen: the V route is a uniform mean while the Q/K route learns."""
+    average = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="average"))
+    attnres = tiny_model("attnres", attnres_block_size=2)
+    attnres.load_state_dict(average.state_dict(), strict=False)
+    with torch.no_grad():
+        for layer_a, layer_b in zip(attnres.model.layers, average.model.layers):
+            layer_a.router.attn_route_query.copy_((layer_b.router.attn_route_query + layer_b.router.value_route_query) / 2)
+    input_ids = random_ids(2, 9)
+    torch.testing.assert_close(average(input_ids).logits, attnres(input_ids).logits, rtol=0, atol=1e-6)
+    average(input_ids).logits.sum().backward()
+    assert average.model.layers[1].router.value_route_query.grad.abs().sum() > 0
+
+    frozen = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="frozen"))
+    assert not any("value_route_query" in name for name, _ in frozen.named_parameters())
+    report = depth_route_report(frozen, input_ids)
+    for layer in report["layers"]:
+        n = len(layer["attention_value"])
+        torch.testing.assert_close(torch.tensor(layer["attention_value"]), torch.full((n,), 1 / n))
+        assert layer["qk_value_js"] >= 0
+    assert report["mean_qk_value_js"] > 1e-3
+
+
+# --- diagnostics ---------------------------------------------------------------------------------------
+
+
+def test_jensen_shannon_hand_computed():
+    p, q = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    torch.testing.assert_close(jensen_shannon(p, q), torch.tensor(math.log(2)))
+    torch.testing.assert_close(jensen_shannon(p, p), torch.tensor(0.0))
+    p, q = torch.tensor([0.5, 0.5]), torch.tensor([0.9, 0.1])
+    m = (p + q) / 2
+    expected = 0.5 * (p * (p / m).log()).sum() + 0.5 * (q * (q / m).log()).sum()
+    torch.testing.assert_close(jensen_shannon(p, q), expected)
+
+
+def test_depth_route_report():
+    model = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2))
+    input_ids = random_ids(2, 6)
+    attention_mask = torch.ones(2, 6, dtype=torch.long)
+    attention_mask[1, :2] = 0  # left padding
+    report = depth_route_report(model, input_ids, attention_mask)
+    assert len(report["layers"]) == 3
+    for layer in report["layers"]:
+        for route in ("attention_qk", "attention_value", "mlp"):
+            assert abs(sum(layer[route]) - 1) < 1e-5
+        assert layer["attn_route_query_norm"] > 0 and layer["value_route_query_norm"] > 0
+    assert abs(sum(report["final"]["final"]) - 1) < 1e-5
+    js = [layer["qk_value_js"] for layer in report["layers"]]
+    assert report["mean_qk_value_js"] == pytest.approx(sum(js) / 3) and report["mean_qk_value_js"] > 0
+    # recording is off again and the model keeps no per-token state
+    assert not model.model.layers[0].router.recorded_routes
+
+    # the JS of the padded tokens does not count: the masked mean equals the mean over real tokens only
+    record_depth_routes(model)
+    model(input_ids, attention_mask=attention_mask)
+    router = model.model.layers[0].router
+    per_token = jensen_shannon(router.recorded_routes["attention_qk"], router.recorded_routes["attention_value"])
+    real = torch.cat([per_token[0], per_token[1, 2:]])
+    assert router.diagnostics(attention_mask)["qk_value_js"] == pytest.approx(real.mean().item(), rel=1e-5)
+
+    tied = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="tied"))
+    assert depth_route_report(tied, input_ids)["mean_qk_value_js"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_recording_during_training_keeps_no_graph():
+    model = randomize_routes(tiny_model("rd_attnres")).train()
+    record_depth_routes(model)
+    loss = model(random_ids(2, 6), labels=random_ids(2, 6)).loss
+    loss.backward()
+    recorded = model.model.layers[2].router.recorded_routes
+    assert set(recorded) == {"attention_qk", "attention_value", "mlp"}
+    assert all(not alpha.requires_grad for alpha in recorded.values())
+    assert model.model.layers[2].router.diagnostics()["qk_value_js"] > 0
+
+
+# --- configs -------------------------------------------------------------------------------------------
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="attnres_block_size=0"):
+        tiny_config("attnres", attnres_block_size=0)
+    with pytest.raises(ValueError, match="attnres_block_size=4.*only meaningful"):
+        tiny_config("valuearch", attnres_block_size=4)
+    with pytest.raises(ValueError, match="attnres_block_size=None"):
+        tiny_config("valuearch", depth_routing="block_attnres")
+    with pytest.raises(ValueError, match="value_route='mixed'.*learned"):
+        tiny_config("rd_attnres", value_route="mixed")
+    with pytest.raises(ValueError, match="value_route='learned'.*only meaningful"):
+        tiny_config("attnres", value_route="learned")
+    with pytest.raises(ValueError, match="depth_routing='dense'"):
+        tiny_config("valuearch", depth_routing="dense")
+    config = tiny_config("rd_attnres")
+    assert (config.depth_routing, config.attnres_block_size, config.value_route) == ("rd_attnres", 4, "learned")
+
+
+EXPECTED_SIZES = {"120m": 120e6, "343m": 343e6}
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("configs/depth_routing/*.json")))
+def test_config_files_load(path):
+    fields = json.load(open(path))
+    config_class, _, lm_class = MODEL_TYPES[fields.pop("model_type")]
+    config = config_class(**fields)
+    with torch.device("meta"):
+        model = lm_class(config)
+    size = next((s for key, s in EXPECTED_SIZES.items() if key in path), None)
+    if size is not None:  # within 1.5% of the paper's stated size
+        assert abs(sum(p.numel() for p in model.parameters()) - size) / size < 0.015
+
+
+def test_config_files_present():
+    names = {path.split("/")[-1] for path in glob.glob("configs/depth_routing/*.json")}
+    for model_type in ("attnres", "rd_attnres"):
+        assert {f"{model_type}_{size}.json" for size in ("120m", "343m", "tiny")} <= names
