@@ -16,6 +16,7 @@ from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedCo
 
 from . import MODEL_TYPES
 from .configuration_valuearch import ValueArchConfig
+from .depth_conversion import to_rd_attnres, valuearch_to_attnres
 from .modeling_valuearch import ValueArchForCausalLM
 
 # LlamaConfig fields that carry over unchanged (same name, same meaning).
@@ -68,6 +69,9 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
 CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
     "valuearch": lambda model: model,
     "llama": valuearch_to_llama,
+    # depth routing (depth_conversion.py): zero pseudo-queries / a V route that starts tied
+    "attnres": valuearch_to_attnres,
+    "rd_attnres": to_rd_attnres,
 }
 
 

@@ -1,6 +1,9 @@
 """Conversions into the depth-routing architectures (not shipped with checkpoints).
 
-* `llama_to_attnres`: a Llama (or any hf_valuearch) causal LM -> Block AttnRes with the same weights and
+Registered in `conversion.CONVERTERS` as "attnres" and "rd_attnres" (a Llama source first becomes the
+standard valuearch decoder, identical logits):
+
+* `valuearch_to_attnres`: a standard valuearch causal LM -> Block AttnRes with the same weights and
   zero pseudo-queries. Every sublayer then reads h / n (h the PreNorm residual stream, n its number of
   sources) and RMSNorm is scale-invariant up to its ε, so the logits equal the source's up to
   RMSNorm(h / n) vs RMSNorm(h): a relative difference of at most ε (n² - 1) / (2 mean(h²)) per norm.
@@ -35,13 +38,14 @@ def _load_same_weights(target: nn.Module, source: nn.Module, new_parameters: str
     missing = [name for name in missing if new_parameters not in name and name != "lm_head.weight"]
     if missing or unexpected:
         raise ValueError(f"cannot convert {type(source).__name__}: missing {missing}, unexpected {unexpected}")
-    if target.config.tie_word_embeddings:
-        target.tie_weights()
-    return target.to(next(source.parameters()).dtype).train(source.training)
+    return target.to(next(source.parameters()).dtype).eval()
 
 
-def llama_to_attnres(model: nn.Module, attnres_block_size: int | None = None) -> AttnResForCausalLM:
-    """A Block AttnRes copy of a Llama-style causal LM (zero pseudo-queries, key-norm weights one)."""
+def valuearch_to_attnres(model: nn.Module, attnres_block_size: int | None = None) -> AttnResForCausalLM:
+    """A Block AttnRes copy of a standard-residual causal LM (zero pseudo-queries, key-norm weights one);
+    its other axes (value path, mixers) carry over."""
+    if model.config.depth_routing != "standard":
+        raise ValueError(f"valuearch_to_attnres needs depth_routing='standard', got {model.config.depth_routing!r}")
     fields = _carried_fields(model.config, AttnResConfig)
     if attnres_block_size is not None:
         fields["attnres_block_size"] = attnres_block_size
@@ -50,7 +54,10 @@ def llama_to_attnres(model: nn.Module, attnres_block_size: int | None = None) ->
 
 
 def attnres_to_rd_attnres(model: AttnResForCausalLM, value_route: str = "learned") -> RdAttnResForCausalLM:
-    """An RD-AttnRes copy of a Block AttnRes model whose V route starts tied to its Q/K route."""
+    """An RD-AttnRes copy of a Block AttnRes model whose V route starts tied to its Q/K route (value_route
+    "learned", "tied" or "average"; "frozen" would change the model)."""
+    if value_route not in ("learned", "tied", "average"):
+        raise ValueError(f"value_route={value_route!r} cannot start tied: allowed are 'learned', 'tied', 'average'")
     if model.config.depth_routing != "block_attnres":
         raise ValueError(f"attnres_to_rd_attnres needs depth_routing='block_attnres', got {model.config.depth_routing!r}")
     fields = _carried_fields(model.config, RdAttnResConfig)
@@ -61,3 +68,10 @@ def attnres_to_rd_attnres(model: AttnResForCausalLM, value_route: str = "learned
             if hasattr(layer.router, "value_route_query"):
                 layer.router.value_route_query.copy_(layer.router.attn_route_query)
     return target
+
+
+def to_rd_attnres(model: nn.Module) -> RdAttnResForCausalLM:
+    """Block AttnRes -> RD-AttnRes (tied start); a standard-residual model goes through Block AttnRes first."""
+    if model.config.depth_routing == "standard":
+        model = valuearch_to_attnres(model)
+    return attnres_to_rd_attnres(model)
