@@ -54,9 +54,10 @@ class _DepthSoftmaxMix(torch.autograd.Function):
         rstd_j = rsqrt(mean(v_j^2) + eps),  dots_jq = v_j · q_q,  α_jq = softmax_j(dots_jq · rstd_j),
         out_q = Σ_j α_jq v_j
 
-    in float32 (float64 for float64 values), cast back to the values' dtype. Backward keeps only references to the values and the
-    per-token float32 α, dots and rstd [n, B, T, k] and recomputes the rest (as Megatron-LM's
-    `_AttnResAggregation`), so no per-source float32 copy lives until the backward pass.
+    in float32 (float64 for float64 values), cast back to the values' dtype. Backward keeps only
+    references to the values and the per-token α, dots and rstd [n, B, T, k] and recomputes the rest (as
+    Megatron-LM's `_AttnResAggregation`), so no per-source float32 copy lives until the backward pass.
+    Returns the k mixtures as separate tensors (no stacked output to slice) and α (not differentiable).
     """
 
     @staticmethod
@@ -69,35 +70,37 @@ class _DepthSoftmaxMix(torch.autograd.Function):
         ) / hidden_size  # [n, B, T]
         rstd = torch.rsqrt(mean_squares + eps).unsqueeze(-1)  # [n, B, T, 1]
         alpha = torch.softmax(dots * rstd, dim=0)  # [n, B, T, k]
-        alpha_by_query = alpha.permute(0, 3, 1, 2).unsqueeze(-1)  # [n, k, B, T, 1]
-        mixed = torch.zeros((queries.shape[0], *values[0].shape), dtype=dtype, device=values[0].device)
-        for alpha_j, v in zip(alpha_by_query, values):
-            mixed.addcmul_(alpha_j, v)  # [k, B, T, D]
+        mixed = []
+        for q in range(queries.shape[0]):
+            mixed_q = alpha[0, ..., q : q + 1] * values[0]  # [B, T, D]
+            for alpha_j, v in zip(alpha[1:], values[1:]):
+                mixed_q.addcmul_(alpha_j[..., q : q + 1], v)
+            mixed.append(mixed_q.to(values[0].dtype))
         ctx.save_for_backward(queries, alpha, dots, rstd, *values)
         ctx.mark_non_differentiable(alpha)
-        return mixed.to(values[0].dtype), alpha
+        return (*mixed, alpha)
 
     @staticmethod
-    def backward(ctx, grad_mixed: torch.Tensor, grad_alpha):
+    def backward(ctx, *grads):
         queries, alpha, dots, rstd, *values = ctx.saved_tensors
-        hidden_size = values[0].shape[-1]
-        grad = grad_mixed.to(queries.dtype)  # [k, B, T, D]
+        hidden_size, dtype = values[0].shape[-1], queries.dtype
+        grad_mixed = [g.to(dtype) for g in grads[:-1]]  # k x [B, T, D]; grads[-1] is α's
         # u_jq = <g_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
-        u = torch.stack([(grad * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k]
+        u = torch.stack([torch.stack([(g * v).sum(-1) for g in grad_mixed], -1) for v in values])  # [n, B, T, k]
         grad_logits = alpha * (u - (alpha * u).sum(0, keepdim=True))  # [n, B, T, k]
         grad_dots = grad_logits * rstd  # d/d dots_jq  [n, B, T, k]
         # d logit / d rstd · d rstd / d v_j = -(Σ_q dlogit_jq dots_jq) rstd_j^3 v_j / D
         norm_coefficient = -(grad_logits * dots).sum(-1, keepdim=True) * rstd.pow(3) / hidden_size  # [n, B, T, 1]
         grad_values = []
         for alpha_j, grad_dots_j, coefficient_j, v in zip(alpha, grad_dots, norm_coefficient, values):
-            grad_v = coefficient_j * v + grad_dots_j @ queries  # [B, T, D]
-            for q in range(len(queries)):
-                grad_v.addcmul_(alpha_j[..., q : q + 1], grad[q])  # + α_jq g_q
+            grad_v = torch.addcmul(grad_dots_j @ queries, coefficient_j, v)  # [B, T, D]
+            for q, g in enumerate(grad_mixed):
+                grad_v.addcmul_(alpha_j[..., q : q + 1], g)  # + α_jq g_q
             grad_values.append(grad_v.to(v.dtype))
         grad_queries = None
         if ctx.needs_input_grad[0]:
             grad_queries = sum(
-                grad_dots_j.flatten(0, 1).T @ v.to(queries.dtype).flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
+                grad_dots_j.flatten(0, 1).T @ v.to(dtype).flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
             )  # [k, D]
         return grad_queries, None, *grad_values
 
@@ -105,11 +108,12 @@ class _DepthSoftmaxMix(torch.autograd.Function):
 def depth_softmax_mix(values: list[torch.Tensor], queries: torch.Tensor, eps: float):
     """Mix `values` (n tensors [B, T, D]) over depth once per query ([k, D], key-norm weight folded in).
 
-    Returns the mixtures [k, B, T, D] (values' dtype) and the depth weights α [n, B, T, k] (float32 or
-    float64, detached).
+    Returns the k mixtures (a list of [B, T, D], values' dtype) and the depth weights α [n, B, T, k]
+    (float32 or float64, detached).
     """
     compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
-    return _DepthSoftmaxMix.apply(queries.to(compute_dtype), eps, *values)
+    *mixed, alpha = _DepthSoftmaxMix.apply(queries.to(compute_dtype), eps, *values)
+    return mixed, alpha
 
 
 # --- standard residual ---------------------------------------------------------------------------------
@@ -196,7 +200,6 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
     def __init__(self, config, layer_idx: int):
         super().__init__()
         hidden_size, eps = config.hidden_size, config.rms_norm_eps
-        self.key_norm_eps = eps
         block_size = config.attnres_block_size
         # Sublayer 2l is layer l's attention, 2l + 1 its MLP; a block starts every `block_size` sublayers.
         self.attention_starts_block = (2 * layer_idx) % block_size == 0
@@ -234,7 +237,8 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
 
     def read_attention(self, hidden_states, depth_state):
         sources, partial = depth_state
-        mixed, alpha = depth_softmax_mix([*sources, partial], self._attention_queries(), self.key_norm_eps)
+        queries, eps = self._attention_queries(), self.attn_route_key_norm.eps
+        mixed, alpha = depth_softmax_mix([*sources, partial], queries, eps)
         self._record("attention_qk", alpha[..., 0])
         if self.value_route is None:
             return mixed[0], None
@@ -244,7 +248,7 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
     def read_mlp(self, hidden_states, depth_state):
         sources, partial = depth_state
         query = (self.mlp_route_query * self.mlp_route_key_norm.weight).unsqueeze(0)
-        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.key_norm_eps)
+        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.mlp_route_key_norm.eps)
         self._record("mlp", alpha[..., 0])
         return mixed[0]
 
@@ -282,7 +286,6 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.key_norm_eps = config.rms_norm_eps
         self.final_route_query = nn.Parameter(torch.zeros(config.hidden_size))
         self.final_route_key_norm = DepthKeyRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.recorded_routes: dict[str, torch.Tensor] = {}
@@ -296,7 +299,7 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
     def finish(self, hidden_states, depth_state) -> torch.Tensor:
         sources, partial = depth_state
         query = (self.final_route_query * self.final_route_key_norm.weight).unsqueeze(0)
-        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.key_norm_eps)
+        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.final_route_key_norm.eps)
         self._record("final", alpha[..., 0])
         return mixed[0]
 

@@ -42,6 +42,54 @@ def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int 
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
+# --- depth routing: Block AttnRes and RD-AttnRes (hf_valuearch/depth_routing.py) ----------------------
+
+
+@suite("depth_routing")
+def depth_routing_training_throughput(args):
+    """Training tokens/s (forward, backward, AdamW step) of the standard decoder, Block AttnRes and
+    RD-AttnRes (learned value route) on one backbone; prints attnres/standard and rd_attnres/attnres."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hf_valuearch import MODEL_TYPES
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    # The paper's 120M backbone (configs/depth_routing/attnres_120m.json): width 576, 9 heads, SwiGLU 1536;
+    # on CPU 8 of its 16 layers, a small vocabulary and short sequences keep one step near a few seconds.
+    backbone = dict(vocab_size=50304 if device == "cuda" else 2048, hidden_size=576, intermediate_size=1536,
+                    num_hidden_layers=16 if device == "cuda" else 8, num_attention_heads=9,
+                    max_position_embeddings=1024, attnres_block_size=4)
+    batch, length = (16, 1024) if device == "cuda" else (2, 256)
+    input_ids = torch.randint(0, backbone["vocab_size"], (batch, length), device=device)
+
+    def training_step(model_type, **fields):
+        config = MODEL_TYPES[model_type][0](**{**backbone, **fields})
+        model = MODEL_TYPES[model_type][2](config).to(device).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step():
+            model(input_ids, labels=input_ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        return step
+
+    seconds = time_side_by_side(
+        {"standard": training_step("valuearch", attnres_block_size=None), "attnres": training_step("attnres"),
+         "rd_attnres": training_step("rd_attnres")},
+        repeats=args.repeats,
+    )
+    print(f"device {device}, batch {batch} x {length} tokens, {backbone}")
+    for name, value in seconds.items():
+        print(f"{name:>10}: {batch * length / value:10.0f} training tokens/s")
+    print(f"attnres / standard throughput:   {seconds['standard'] / seconds['attnres']:.3f}")
+    print(f"rd_attnres / attnres throughput: {seconds['attnres'] / seconds['rd_attnres']:.3f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", choices=sorted(SUITES), help="which comparison to run")

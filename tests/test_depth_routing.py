@@ -51,10 +51,10 @@ def test_depth_read_hand_computed():
     mixed, alpha = depth_softmax_mix(values, torch.tensor([[1.0, 0.0]]), eps=0.0)
     a1 = 1 / (1 + math.exp(1 - math.sqrt(2)))
     torch.testing.assert_close(alpha[:, 0, 0, 0], torch.tensor([1 - a1, a1]))
-    torch.testing.assert_close(mixed[0, 0, 0], torch.tensor([(1 - a1) + 2 * a1, 1 - a1]))
+    torch.testing.assert_close(mixed[0][0, 0], torch.tensor([(1 - a1) + 2 * a1, 1 - a1]))
     # a zero query is a uniform mean; no 1/sqrt(d) scaling: doubling q doubles the logits.
     mixed, _ = depth_softmax_mix(values, torch.zeros(1, 2), eps=0.0)
-    torch.testing.assert_close(mixed[0, 0, 0], torch.tensor([1.5, 0.5]))
+    torch.testing.assert_close(mixed[0][0, 0], torch.tensor([1.5, 0.5]))
     _, alpha2 = depth_softmax_mix(values, torch.tensor([[2.0, 0.0]]), eps=0.0)
     a2 = 1 / (1 + math.exp(2 - 2 * math.sqrt(2)))
     torch.testing.assert_close(alpha2[1, 0, 0, 0], torch.tensor(a2))
@@ -67,7 +67,7 @@ def test_depth_softmax_gradcheck(num_queries):
     queries = torch.randn(num_queries, 5, generator=generator, dtype=torch.float64, requires_grad=True)
 
     def mix(queries, *values):
-        return depth_softmax_mix(list(values), queries, 1e-6)[0]
+        return tuple(depth_softmax_mix(list(values), queries, 1e-6)[0])
 
     assert torch.autograd.gradcheck(mix, (queries, *values), eps=1e-6, atol=1e-7)
 
