@@ -3,15 +3,17 @@
 Every decoder layer holds one `layer router`; the depth state flows through the layers as a pair
 `(hidden_states, depth_state)`. `hidden_states` [B, T, D] is always the residual-equivalent stream
 (what `output_hidden_states` reports); `depth_state` is whatever else the routing carries (None for the
-standard residual). A decoder layer calls, in order:
+standard residual). Reads return the sublayer's *normed* input: the router receives the layer's pre-norm
+so that it can fuse it into its read. A decoder layer calls, in order:
 
-    attn_input, value_input = router.read_attention(hidden_states, depth_state)  # value_input None: same
+    attn_input, value_input = router.read_attention(hidden_states, depth_state, input_layernorm)
     hidden_states, depth_state = router.write_attention(hidden_states, depth_state, attention_output)
-    mlp_input = router.read_mlp(hidden_states, depth_state)
+    mlp_input = router.read_mlp(hidden_states, depth_state, post_attention_layernorm)
     hidden_states, depth_state = router.write_mlp(hidden_states, depth_state, mlp_output)
 
-and the model calls `readout.start(embeddings) -> (hidden_states, depth_state)` before the first layer
-and `readout.finish(hidden_states, depth_state)` before the final norm.
+(value_input None: the values are projected from attn_input), and the model calls
+`readout.start(embeddings) -> (hidden_states, depth_state)` before the first layer and
+`readout.finish(hidden_states, depth_state, final_norm)` for the final normed hidden states.
 
 Routings (config.depth_routing):
 
@@ -48,44 +50,65 @@ ATTNRES_ROUTINGS = ("block_attnres", "rd_attnres")
 # --- the depth softmax ---------------------------------------------------------------------------------
 
 
-class _DepthSoftmaxMix(torch.autograd.Function):
-    """k depth reads over the same sources in one pass (AttnRes Eq. 2-3, key-norm weight folded into q):
+class _DepthSoftmaxMixNorm(torch.autograd.Function):
+    """k depth reads over the same sources in one pass (AttnRes Eq. 2-3, key-norm weight folded into q),
+    each followed by the reading sublayer's pre-norm RMSNorm (weight w, epsilon norm_eps):
 
         rstd_j = rsqrt(mean(v_j^2) + eps),  dots_jq = v_j · q_q,  α_jq = softmax_j(dots_jq · rstd_j),
-        out_q = Σ_j α_jq v_j
+        m_q = Σ_j α_jq v_j,  r_q = rsqrt(mean(m_q^2) + norm_eps),  out_q = w ⊙ (m_q r_q)
 
-    in float32 (float64 for float64 values), cast back to the values' dtype. Backward keeps only
-    references to the values and the per-token α, dots and rstd [n, B, T, k] and recomputes the rest (as
-    Megatron-LM's `_AttnResAggregation`), so no per-source float32 copy lives until the backward pass.
-    Returns the k mixtures as separate tensors (no stacked output to slice) and α (not differentiable).
+    in float32 (float64 for float64 values), cast back to the values' dtype before the weight, as
+    `ValueArchRMSNorm` does. Backward keeps references to the values, the per-token α, dots, rstd
+    [n, B, T, k] and r_q [B, T, 1], and each normalised mixture m_q r_q in the values' dtype (what a
+    separate RMSNorm would save as its input); it recomputes the rest as Megatron-LM's
+    `_AttnResAggregation` does, so no per-source float32 copy lives until the backward pass. Fusing the
+    pre-norm saves autograd's many small RMSNorm backward ops, which matters most for RD-AttnRes's
+    second (value-route) read. Returns the k outputs as separate tensors and α (not differentiable).
     """
 
     @staticmethod
-    def forward(ctx, queries: torch.Tensor, eps: float, *values: torch.Tensor):
-        # queries: [k, D] in the compute dtype; values: n tensors [B, T, D]
-        hidden_size, dtype = values[0].shape[-1], queries.dtype
+    def forward(ctx, queries, eps: float, norm_weight, norm_eps: float, *values):
+        # queries: [k, D] in the compute dtype; norm_weight: [D]; values: n tensors [B, T, D]
+        hidden_size, dtype, out_dtype = values[0].shape[-1], queries.dtype, values[0].dtype
         dots = torch.stack([v.to(dtype) @ queries.T for v in values])  # [n, B, T, k]
         mean_squares = torch.stack(
             [torch.linalg.vector_norm(v, dim=-1, dtype=dtype).square() for v in values]
         ) / hidden_size  # [n, B, T]
         rstd = torch.rsqrt(mean_squares + eps).unsqueeze(-1)  # [n, B, T, 1]
         alpha = torch.softmax(dots * rstd, dim=0)  # [n, B, T, k]
-        mixed = []
+        outputs, normalised, output_rstd = [], [], []
         for q in range(queries.shape[0]):
-            mixed_q = alpha[0, ..., q : q + 1] * values[0]  # [B, T, D]
+            mixed = alpha[0, ..., q : q + 1] * values[0]  # m_q [B, T, D]
             for alpha_j, v in zip(alpha[1:], values[1:]):
-                mixed_q.addcmul_(alpha_j[..., q : q + 1], v)
-            mixed.append(mixed_q.to(values[0].dtype))
-        ctx.save_for_backward(queries, alpha, dots, rstd, *values)
+                mixed.addcmul_(alpha_j[..., q : q + 1], v)
+            mixed_rstd = torch.rsqrt(mixed.square().mean(-1, keepdim=True) + norm_eps)  # r_q [B, T, 1]
+            normalised_q = (mixed * mixed_rstd).to(out_dtype)  # m_q r_q
+            outputs.append(norm_weight * normalised_q)
+            normalised.append(normalised_q)
+            output_rstd.append(mixed_rstd)
+        ctx.save_for_backward(queries, norm_weight, alpha, dots, rstd, *output_rstd, *normalised, *values)
+        ctx.num_queries = queries.shape[0]
         ctx.mark_non_differentiable(alpha)
-        return (*mixed, alpha)
+        return (*outputs, alpha)
 
     @staticmethod
     def backward(ctx, *grads):
-        queries, alpha, dots, rstd, *values = ctx.saved_tensors
+        k = ctx.num_queries
+        queries, norm_weight, alpha, dots, rstd, *rest = ctx.saved_tensors
+        output_rstd, normalised, values = rest[:k], rest[k : 2 * k], rest[2 * k :]
         hidden_size, dtype = values[0].shape[-1], queries.dtype
-        grad_mixed = [g.to(dtype) for g in grads[:-1]]  # k x [B, T, D]; grads[-1] is α's
-        # u_jq = <g_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
+        # through the RMSNorm: dn = g ⊙ w; dm_q = r_q (dn - n_q mean(dn ⊙ n_q)), n_q = m_q r_q
+        grad_norm_weight = None
+        grad_mixed = []
+        for grad_q, rstd_q, normalised_q in zip(grads[:k], output_rstd, normalised):
+            grad_q, normalised_q = grad_q.to(dtype), normalised_q.to(dtype)
+            if ctx.needs_input_grad[2]:
+                weight_term = (grad_q * normalised_q).flatten(0, -2).sum(0)
+                grad_norm_weight = weight_term if grad_norm_weight is None else grad_norm_weight + weight_term
+            grad_normalised = grad_q * norm_weight.to(dtype)
+            projection = (grad_normalised * normalised_q).mean(-1, keepdim=True)  # [B, T, 1]
+            grad_mixed.append(torch.addcmul(grad_normalised, normalised_q, projection, value=-1).mul_(rstd_q))
+        # through the depth softmax: u_jq = <dm_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
         u = torch.stack([torch.stack([(g * v).sum(-1) for g in grad_mixed], -1) for v in values])  # [n, B, T, k]
         grad_logits = alpha * (u - (alpha * u).sum(0, keepdim=True))  # [n, B, T, k]
         grad_dots = grad_logits * rstd  # d/d dots_jq  [n, B, T, k]
@@ -95,25 +118,30 @@ class _DepthSoftmaxMix(torch.autograd.Function):
         for alpha_j, grad_dots_j, coefficient_j, v in zip(alpha, grad_dots, norm_coefficient, values):
             grad_v = torch.addcmul(grad_dots_j @ queries, coefficient_j, v)  # [B, T, D]
             for q, g in enumerate(grad_mixed):
-                grad_v.addcmul_(alpha_j[..., q : q + 1], g)  # + α_jq g_q
+                grad_v.addcmul_(alpha_j[..., q : q + 1], g)  # + α_jq dm_q
             grad_values.append(grad_v.to(v.dtype))
         grad_queries = None
         if ctx.needs_input_grad[0]:
             grad_queries = sum(
                 grad_dots_j.flatten(0, 1).T @ v.to(dtype).flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
             )  # [k, D]
-        return grad_queries, None, *grad_values
+        if grad_norm_weight is not None:
+            grad_norm_weight = grad_norm_weight.to(norm_weight.dtype)
+        return grad_queries, None, grad_norm_weight, None, *grad_values
 
 
-def depth_softmax_mix(values: list[torch.Tensor], queries: torch.Tensor, eps: float):
-    """Mix `values` (n tensors [B, T, D]) over depth once per query ([k, D], key-norm weight folded in).
+def depth_read(values: list[torch.Tensor], queries: torch.Tensor, eps: float, norm: nn.Module):
+    """Read `values` (n tensors [B, T, D]) over depth once per query ([k, D], key-norm weight folded in),
+    and apply the reading sublayer's RMSNorm `norm` (its `weight` and `variance_epsilon`) to each mixture.
 
-    Returns the k mixtures (a list of [B, T, D], values' dtype) and the depth weights α [n, B, T, k]
-    (float32 or float64, detached).
+    Returns the k normalised mixtures (a list of [B, T, D], values' dtype) and the depth weights
+    α [n, B, T, k] (float32 or float64, detached).
     """
     compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
-    *mixed, alpha = _DepthSoftmaxMix.apply(queries.to(compute_dtype), eps, *values)
-    return mixed, alpha
+    *outputs, alpha = _DepthSoftmaxMixNorm.apply(
+        queries.to(compute_dtype), eps, norm.weight, norm.variance_epsilon, *values
+    )
+    return outputs, alpha
 
 
 # --- standard residual ---------------------------------------------------------------------------------
@@ -122,11 +150,11 @@ def depth_softmax_mix(values: list[torch.Tensor], queries: torch.Tensor, eps: fl
 class StandardResidual(nn.Module):
     """The pre-norm residual stream: h_{l+1} = h_l + f_l(Norm(h_l)); no depth state."""
 
-    def read_attention(self, hidden_states: torch.Tensor, depth_state: None) -> tuple[torch.Tensor, None]:
-        return hidden_states, None
+    def read_attention(self, hidden_states: torch.Tensor, depth_state: None, norm: nn.Module):
+        return norm(hidden_states), None
 
-    def read_mlp(self, hidden_states: torch.Tensor, depth_state: None) -> torch.Tensor:
-        return hidden_states
+    def read_mlp(self, hidden_states: torch.Tensor, depth_state: None, norm: nn.Module) -> torch.Tensor:
+        return norm(hidden_states)
 
     def write_attention(self, hidden_states: torch.Tensor, depth_state: None, output: torch.Tensor):
         return hidden_states + output, None
@@ -140,8 +168,8 @@ class StandardReadout(nn.Module):
     def start(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, None]:
         return embeddings, None
 
-    def finish(self, hidden_states: torch.Tensor, depth_state: None) -> torch.Tensor:
-        return hidden_states
+    def finish(self, hidden_states: torch.Tensor, depth_state: None, norm: nn.Module) -> torch.Tensor:
+        return norm(hidden_states)
 
 
 # --- Block AttnRes / RD-AttnRes ------------------------------------------------------------------------
@@ -235,20 +263,20 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
             value_query = torch.zeros_like(qk_query)
         return torch.stack([qk_query, value_query]) * gamma
 
-    def read_attention(self, hidden_states, depth_state):
+    def read_attention(self, hidden_states, depth_state, norm):
         sources, partial = depth_state
         queries, eps = self._attention_queries(), self.attn_route_key_norm.eps
-        mixed, alpha = depth_softmax_mix([*sources, partial], queries, eps)
+        mixed, alpha = depth_read([*sources, partial], queries, eps, norm)
         self._record("attention_qk", alpha[..., 0])
         if self.value_route is None:
             return mixed[0], None
         self._record("attention_value", alpha[..., 1])
         return mixed[0], mixed[1]
 
-    def read_mlp(self, hidden_states, depth_state):
+    def read_mlp(self, hidden_states, depth_state, norm):
         sources, partial = depth_state
         query = (self.mlp_route_query * self.mlp_route_key_norm.weight).unsqueeze(0)
-        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.mlp_route_key_norm.eps)
+        mixed, alpha = depth_read([*sources, partial], query, self.mlp_route_key_norm.eps, norm)
         self._record("mlp", alpha[..., 0])
         return mixed[0]
 
@@ -296,10 +324,10 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
     def start(self, embeddings: torch.Tensor):
         return embeddings, ((), embeddings)
 
-    def finish(self, hidden_states, depth_state) -> torch.Tensor:
+    def finish(self, hidden_states, depth_state, norm) -> torch.Tensor:
         sources, partial = depth_state
         query = (self.final_route_query * self.final_route_key_norm.weight).unsqueeze(0)
-        mixed, alpha = depth_softmax_mix([*sources, partial], query, self.final_route_key_norm.eps)
+        mixed, alpha = depth_read([*sources, partial], query, self.final_route_key_norm.eps, norm)
         self._record("final", alpha[..., 0])
         return mixed[0]
 

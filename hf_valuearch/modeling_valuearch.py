@@ -242,17 +242,18 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
         cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, object]:
-        attn_input, value_input = self.router.read_attention(hidden_states, depth_state)
+        # the router returns normed inputs (it may fuse the norm into its read); value_input None: same as attn_input
+        attn_input, value_input = self.router.read_attention(hidden_states, depth_state, self.input_layernorm)
         attn_output, _ = self.self_attn(
-            self.input_layernorm(attn_input),
+            attn_input,
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
             cache=cache,
-            value_hidden_states=None if value_input is None else self.input_layernorm(value_input),
+            value_hidden_states=value_input,
             **kwargs,
         )
         hidden_states, depth_state = self.router.write_attention(hidden_states, depth_state, attn_output)
-        mlp_output = self.mlp(self.post_attention_layernorm(self.router.read_mlp(hidden_states, depth_state)))
+        mlp_output = self.mlp(self.router.read_mlp(hidden_states, depth_state, self.post_attention_layernorm))
         return self.router.write_mlp(hidden_states, depth_state, mlp_output)
 
 
@@ -354,7 +355,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
                 cache=cache,
                 **kwargs,
             )
-        hidden_states = self.norm(self.readout.finish(hidden_states, depth_state))
+        hidden_states = self.readout.finish(hidden_states, depth_state, self.norm)
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_OUTPUT_FIELD: cache})
 
 

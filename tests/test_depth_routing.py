@@ -5,17 +5,19 @@ from __future__ import annotations
 import glob
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from hf_valuearch import MODEL_TYPES
 from hf_valuearch.depth_routing import (
+    depth_read,
     depth_route_report,
-    depth_softmax_mix,
     jensen_shannon,
     record_depth_routes,
 )
+from hf_valuearch.modeling_valuearch import ValueArchRMSNorm
 from tests.common import random_ids, tiny_config, tiny_model
 
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")
@@ -30,6 +32,12 @@ def naive_depth_read(values, query, key_norm_weight, eps):
     return (alpha.unsqueeze(-1) * stacked).sum(0).to(values[0].dtype)
 
 
+def rms_norm(hidden_states, norm):
+    """`norm`'s RMSNorm in the input's own precision (ValueArchRMSNorm computes in float32, as Llama does)."""
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return norm.weight * hidden_states * torch.rsqrt(variance + norm.variance_epsilon)
+
+
 def randomize_routes(model, seed=0, scale=1.0):
     """Give every pseudo-query and key-norm weight random values, so the depth weights are far from uniform."""
     generator = torch.Generator().manual_seed(seed)
@@ -42,60 +50,77 @@ def randomize_routes(model, seed=0, scale=1.0):
     return model
 
 
-# --- the depth softmax -----------------------------------------------------------------------------------
+# --- the depth read ------------------------------------------------------------------------------------
 
 
 def test_depth_read_hand_computed():
     # v0 = [1, 1] -> RMSNorm [1, 1]; v1 = [2, 0] -> RMSNorm [√2, 0]; q = [1, 0]: logits 1, √2.
     values = [torch.tensor([[[1.0, 1.0]]]), torch.tensor([[[2.0, 0.0]]])]
-    mixed, alpha = depth_softmax_mix(values, torch.tensor([[1.0, 0.0]]), eps=0.0)
+    output_norm = ValueArchRMSNorm(2, eps=0.0)
+    with torch.no_grad():
+        output_norm.weight.copy_(torch.tensor([1.0, 3.0]))
+    out, alpha = depth_read(values, torch.tensor([[1.0, 0.0]]), 0.0, output_norm)
     a1 = 1 / (1 + math.exp(1 - math.sqrt(2)))
     torch.testing.assert_close(alpha[:, 0, 0, 0], torch.tensor([1 - a1, a1]))
-    torch.testing.assert_close(mixed[0][0, 0], torch.tensor([(1 - a1) + 2 * a1, 1 - a1]))
+    mixed = torch.tensor([(1 - a1) + 2 * a1, 1 - a1])  # then the reading sublayer's RMSNorm, weight [1, 3]
+    torch.testing.assert_close(out[0][0, 0], mixed / mixed.square().mean().sqrt() * torch.tensor([1.0, 3.0]))
     # a zero query is a uniform mean; no 1/sqrt(d) scaling: doubling q doubles the logits.
-    mixed, _ = depth_softmax_mix(values, torch.zeros(1, 2), eps=0.0)
-    torch.testing.assert_close(mixed[0][0, 0], torch.tensor([1.5, 0.5]))
-    _, alpha2 = depth_softmax_mix(values, torch.tensor([[2.0, 0.0]]), eps=0.0)
+    out, _ = depth_read(values, torch.zeros(1, 2), 0.0, output_norm)
+    mean = torch.tensor([1.5, 0.5])
+    torch.testing.assert_close(out[0][0, 0], mean / mean.square().mean().sqrt() * torch.tensor([1.0, 3.0]))
+    _, alpha2 = depth_read(values, torch.tensor([[2.0, 0.0]]), 0.0, output_norm)
     a2 = 1 / (1 + math.exp(2 - 2 * math.sqrt(2)))
     torch.testing.assert_close(alpha2[1, 0, 0, 0], torch.tensor(a2))
 
 
+def float64_norm(hidden_size, generator):
+    norm = ValueArchRMSNorm(hidden_size, eps=1e-5).double()
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.3 * torch.randn(hidden_size, generator=generator, dtype=torch.float64))
+    return norm
+
+
 @pytest.mark.parametrize("num_queries", [1, 2])
-def test_depth_softmax_gradcheck(num_queries):
+def test_depth_read_gradcheck(num_queries):
     generator = torch.Generator().manual_seed(0)
     values = [torch.randn(2, 3, 5, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(3)]
     queries = torch.randn(num_queries, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    norm_weight = float64_norm(5, generator).weight.detach().requires_grad_()
 
-    def mix(queries, *values):
-        return tuple(depth_softmax_mix(list(values), queries, 1e-6)[0])
+    def read(queries, norm_weight, *values):
+        output_norm = SimpleNamespace(weight=norm_weight, variance_epsilon=1e-5)  # what depth_read uses
+        return tuple(depth_read(list(values), queries, 1e-6, output_norm)[0])
 
-    assert torch.autograd.gradcheck(mix, (queries, *values), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(read, (queries, norm_weight, *values), eps=1e-6, atol=1e-7)
 
 
-def test_depth_softmax_matches_naive_formula():
+def test_depth_read_matches_naive_formula():
+    """The fused read equals RMSNorm(naive depth mixture), values and gradients (float64)."""
     generator = torch.Generator().manual_seed(1)
     values = [torch.randn(2, 4, 16, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(4)]
     route_query = torch.randn(16, generator=generator, dtype=torch.float64, requires_grad=True)
     key_norm_weight = (1 + 0.2 * torch.randn(16, generator=generator, dtype=torch.float64)).requires_grad_()
+    output_norm = float64_norm(16, generator)
     grad_output = torch.randn(2, 4, 16, generator=generator, dtype=torch.float64)
+    inputs = [*values, route_query, key_norm_weight, output_norm.weight]
 
     def gradients(read):
         output = read()
-        return [output, *torch.autograd.grad(output, [*values, route_query, key_norm_weight], grad_output)]
+        return [output, *torch.autograd.grad(output, inputs, grad_output)]
 
-    fused = gradients(lambda: depth_softmax_mix(values, (route_query * key_norm_weight)[None], 1e-6)[0][0])
-    naive = gradients(lambda: naive_depth_read(values, route_query, key_norm_weight, 1e-6))
+    fused = gradients(lambda: depth_read(values, (route_query * key_norm_weight)[None], 1e-6, output_norm)[0][0])
+    naive = gradients(lambda: rms_norm(naive_depth_read(values, route_query, key_norm_weight, 1e-6), output_norm))
     for got, expected in zip(fused, naive):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
-def test_depth_softmax_saves_no_float32_copies():
-    """Backward keeps the bf16 values by reference plus per-token float32 statistics only."""
+def test_depth_read_saves_no_float32_copies():
+    """Backward keeps the bf16 values by reference plus per-token float32 statistics and the bf16 outputs."""
     values = [torch.randn(2, 8, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
     queries = torch.zeros(2, 64, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        depth_softmax_mix(values, queries, 1e-6)
+        depth_read(values, queries, 1e-6, ValueArchRMSNorm(64).to(torch.bfloat16))
     large_float32 = [t for t in saved if t.dtype == torch.float32 and t.numel() >= 2 * 8 * 64]
     assert not large_float32
     assert sum(any(t is v for t in saved) for v in values) == 3
@@ -135,20 +160,20 @@ def reference_logits(model, input_ids):
             qk_input = naive_depth_read(visible, value_query, router.attn_route_key_norm.weight, eps)
         value_input = naive_depth_read(visible, value_query, router.attn_route_key_norm.weight, eps)
         output, _ = layer.self_attn(
-            layer.input_layernorm(qk_input),
+            rms_norm(qk_input, layer.input_layernorm),
             position_embeddings=position_embeddings,
-            value_hidden_states=layer.input_layernorm(value_input),
+            value_hidden_states=rms_norm(value_input, layer.input_layernorm),
         )
         partial = output if partial is None else partial + output
         sublayer += 1
         visible = start_sublayer()
         mlp_input = naive_depth_read(visible, router.mlp_route_query, router.mlp_route_key_norm.weight, eps)
-        output = layer.mlp(layer.post_attention_layernorm(mlp_input))
+        output = layer.mlp(rms_norm(mlp_input, layer.post_attention_layernorm))
         partial = output if partial is None else partial + output
         sublayer += 1
     readout = base.readout
     final = naive_depth_read(sources + [partial], readout.final_route_query, readout.final_route_key_norm.weight, eps)
-    return model.lm_head(base.norm(final))
+    return model.lm_head(rms_norm(final, base.norm))
 
 
 @pytest.mark.parametrize("block_size", [1, 2, 3, 4, 7])
