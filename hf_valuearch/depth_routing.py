@@ -81,7 +81,8 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
             mixed = alpha[0, ..., q : q + 1] * values[0]  # m_q [B, T, D]
             for alpha_j, v in zip(alpha[1:], values[1:]):
                 mixed.addcmul_(alpha_j[..., q : q + 1], v)
-            mixed_rstd = torch.rsqrt(mixed.square().mean(-1, keepdim=True) + norm_eps)  # r_q [B, T, 1]
+            mixed_mean_square = torch.linalg.vector_norm(mixed, dim=-1, keepdim=True).square() / hidden_size
+            mixed_rstd = torch.rsqrt(mixed_mean_square + norm_eps)  # r_q [B, T, 1]
             normalised_q = (mixed * mixed_rstd).to(out_dtype)  # m_q r_q
             outputs.append(norm_weight * normalised_q)
             normalised.append(normalised_q)
@@ -97,16 +98,16 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
         queries, norm_weight, alpha, dots, rstd, *rest = ctx.saved_tensors
         output_rstd, normalised, values = rest[:k], rest[k : 2 * k], rest[2 * k :]
         hidden_size, dtype = values[0].shape[-1], queries.dtype
-        # through the RMSNorm: dn = g ⊙ w; dm_q = r_q (dn - n_q mean(dn ⊙ n_q)), n_q = m_q r_q
-        grad_norm_weight = None
+        # through the RMSNorm, n_q = m_q r_q, dn = g ⊙ w: dm_q = r_q (dn - n_q mean(dn ⊙ n_q)), dw = Σ g ⊙ n_q
+        weight = norm_weight.to(dtype)
+        grad_norm_weight = torch.zeros_like(weight)
         grad_mixed = []
         for grad_q, rstd_q, normalised_q in zip(grads[:k], output_rstd, normalised):
             grad_q, normalised_q = grad_q.to(dtype), normalised_q.to(dtype)
-            if ctx.needs_input_grad[2]:
-                weight_term = (grad_q * normalised_q).flatten(0, -2).sum(0)
-                grad_norm_weight = weight_term if grad_norm_weight is None else grad_norm_weight + weight_term
-            grad_normalised = grad_q * norm_weight.to(dtype)
-            projection = (grad_normalised * normalised_q).mean(-1, keepdim=True)  # [B, T, 1]
+            grad_times_normalised = grad_q * normalised_q  # [B, T, D]
+            grad_norm_weight += grad_times_normalised.flatten(0, -2).sum(0)
+            projection = (grad_times_normalised @ weight).unsqueeze(-1) / hidden_size  # mean(dn ⊙ n_q) [B, T, 1]
+            grad_normalised = grad_q * weight
             grad_mixed.append(torch.addcmul(grad_normalised, normalised_q, projection, value=-1).mul_(rstd_q))
         # through the depth softmax: u_jq = <dm_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
         u = torch.stack([torch.stack([(g * v).sum(-1) for g in grad_mixed], -1) for v in values])  # [n, B, T, k]
@@ -125,9 +126,7 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
             grad_queries = sum(
                 grad_dots_j.flatten(0, 1).T @ v.to(dtype).flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
             )  # [k, D]
-        if grad_norm_weight is not None:
-            grad_norm_weight = grad_norm_weight.to(norm_weight.dtype)
-        return grad_queries, None, grad_norm_weight, None, *grad_values
+        return grad_queries, None, grad_norm_weight.to(norm_weight.dtype), None, *grad_values
 
 
 def depth_read(values: list[torch.Tensor], queries: torch.Tensor, eps: float, norm: nn.Module):
@@ -264,6 +263,8 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
         return torch.stack([qk_query, value_query]) * gamma
 
     def read_attention(self, hidden_states, depth_state, norm):
+        # Every read sees sources + partial: at a block start that is Eq. 6's [b_0, ..., b_{n-1}] (the
+        # partial is the completed block, which the following write turns into a source).
         sources, partial = depth_state
         queries, eps = self._attention_queries(), self.attn_route_key_norm.eps
         mixed, alpha = depth_read([*sources, partial], queries, eps, norm)

@@ -29,15 +29,17 @@ def suite(name: str):
 
 
 def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
-    """Median wall time in seconds of each zero-argument callable, measured in alternation."""
+    """Median wall time in seconds of each zero-argument callable, measured in alternation (A, B, C, then
+    C, B, A, ...)."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(repeats):
-        for name, fn in candidates.items():
+    for round_idx in range(repeats):
+        order = list(candidates) if round_idx % 2 == 0 else list(reversed(candidates))  # no favoured position
+        for name in order:
             start = time.perf_counter()
-            fn()
+            candidates[name]()
             samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
 
