@@ -1,20 +1,43 @@
-"""Generation cache: one cache layer per decoder layer, chosen by that layer's sequence mixer."""
+"""Generation cache: one cache layer per decoder layer, chosen by that layer's sequence mixer and value path."""
 
 from __future__ import annotations
 
 from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 
+from .value_paths import caches_token_ids
+
+
+class KeysAndTokenIdsLayer(DynamicLayer):
+    """Cache of a table layer (BoV): keys [B, H_kv, T, D] and token ids [B, 1, T, 1], no values.
+
+    The ids sit in the value slot, so growing, cropping, reordering and batch selection work as for K/V; the
+    layer's value path gathers gamma * E_V[ids] for all positions at each step (BoV v-cache elimination).
+    """
+
+    @property
+    def token_ids(self):
+        """[B, T] ids of the cached positions."""
+        return self.values[:, 0, :, 0]
+
+
+class SlidingKeysAndTokenIdsLayer(DynamicSlidingWindowLayer):
+    """`KeysAndTokenIdsLayer` for a sliding-window layer: keys and token ids of the last window positions."""
+
+    token_ids = KeysAndTokenIdsLayer.token_ids
+
 
 def cache_layer_for(config, layer_idx: int):
     """The cache layer that decoder layer `layer_idx` writes to."""
-    mixer = config.mixer_types[layer_idx]
-    if mixer == "sliding_attention":
+    sliding = config.mixer_types[layer_idx] == "sliding_attention"
+    if caches_token_ids(config, layer_idx):
+        return SlidingKeysAndTokenIdsLayer(config.sliding_window) if sliding else KeysAndTokenIdsLayer()
+    if sliding:
         return DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
     return DynamicLayer()
 
 
 class ValueArchCache(Cache):
-    """A `transformers.Cache` with a per-layer cache class (full K/V, sliding-window K/V, ...).
+    """A `transformers.Cache` with a per-layer cache class (full K/V, sliding-window K/V, keys + token ids, ...).
 
     `generate` does not build transformers' `DynamicCache` for these models (see
     `ValueArchPreTrainedModel._supports_default_dynamic_cache`); the model builds this one on the first
