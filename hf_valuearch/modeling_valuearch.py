@@ -35,8 +35,7 @@ from .compat import CACHE_OUTPUT_FIELD, pop_cache
 from .configuration_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
 from .value_paths import (
-    GatedV1Values,
-    MixedValues,
+    ResidualValues,
     ValueContext,
     align_value_tables,
     build_value_context,
@@ -282,10 +281,13 @@ class ValueArchPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, (MixedValues, GatedV1Values)):
+        if isinstance(module, ResidualValues):  # value-path scalars (gamma, alpha, beta) of their config
             module.init_weights()
-        if isinstance(module, ValueArchModel):  # runs after its children: BoV aligned table init
-            align_value_tables(module)
+
+    def initialize_weights(self):
+        """Initialise as transformers does, then align the BoV value tables that were not loaded."""
+        super().initialize_weights()
+        align_value_tables(self if isinstance(self, ValueArchModel) else self.model)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
