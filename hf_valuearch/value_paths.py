@@ -177,7 +177,7 @@ class MixedValues(ResidualValues):
         return key_states, values.transpose(1, 2)
 
     def diagnostics(self) -> dict:
-        return {name: float(getattr(self, name)) for name in self.coefficient_names}
+        return {name: float(torch.as_tensor(getattr(self, name)).detach()) for name in self.coefficient_names}
 
 
 class GatedV1Values(ResidualValues):
