@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+import torch
 from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 
 from .value_paths import caches_token_ids
 
 
-class KeysAndTokenIdsLayer(DynamicLayer):
-    """Cache of a table layer (BoV): keys [B, H_kv, T, D] and token ids [B, 1, T, 1], no values.
+class TokenIdsInValueSlot:
+    """Mixin for the cache of a table layer (BoV): keys [B, H_kv, T, D] and token ids [B, 1, T, 1], no values.
 
     The ids sit in the value slot, so growing, cropping, reordering and batch selection work as for K/V; the
     layer's value path gathers gamma * E_V[ids] for all positions at each step (BoV v-cache elimination).
     """
 
+    def lazy_initialization(self, key_states: torch.Tensor, token_ids: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, token_ids)
+        self.values = torch.tensor([], dtype=token_ids.dtype, device=self.device)  # 5.23 used the keys' dtype
+
     @property
-    def token_ids(self):
+    def token_ids(self) -> torch.Tensor:
         """[B, T] ids of the cached positions."""
         return self.values[:, 0, :, 0]
 
 
-class SlidingKeysAndTokenIdsLayer(DynamicSlidingWindowLayer):
-    """`KeysAndTokenIdsLayer` for a sliding-window layer: keys and token ids of the last window positions."""
+class KeysAndTokenIdsLayer(TokenIdsInValueSlot, DynamicLayer):
+    """Keys and token ids of every position."""
 
-    token_ids = KeysAndTokenIdsLayer.token_ids
+
+class SlidingKeysAndTokenIdsLayer(TokenIdsInValueSlot, DynamicSlidingWindowLayer):
+    """Keys and token ids of the last `sliding_window - 1` positions (plus the current ones during a step)."""
 
 
 def cache_layer_for(config, layer_idx: int):
