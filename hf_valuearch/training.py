@@ -23,6 +23,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, Traini
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
 
 from . import MODEL_TYPES
+from .model_card import write_model_card
 
 TEXT_SUFFIXES = {".txt", ".rst", ".md", ".text", ".jsonl"}
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: the configs' pad/bos/eos defaults
@@ -174,4 +175,5 @@ def pretrain(
                "resumed_from": last_checkpoint, **trainer.evaluate()}
     trainer.save_model(str(output / "final"))
     tokenizer.save_pretrained(output / "final")
+    write_model_card(model, output / "final", metrics)
     return metrics
