@@ -17,6 +17,7 @@ from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedCo
 from . import MODEL_TYPES
 from .configuration_valuearch import ValueArchConfig
 from .modeling_valuearch import ValueArchForCausalLM
+from .value_path_conversion import to_bov, to_resformer, to_satformer
 
 # LlamaConfig fields that carry over unchanged (same name, same meaning).
 LLAMA_FIELDS = (
@@ -68,6 +69,10 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
 CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
     "valuearch": lambda model: model,
     "llama": valuearch_to_llama,
+    # value paths (value_path_conversion.py)
+    "bov": to_bov,
+    "resformer": to_resformer,
+    "satformer": to_satformer,
 }
 
 

@@ -18,8 +18,8 @@ A layer's value path is called by `ValueArchAttention` as `value_path(value_inpu
 and, when a generation cache is given, `value_path.update_cache(...)` decides what is cached: table layers
 cache the token ids instead of values and gather `gamma * E_V[ids]` for all positions at every step.
 
-Diagnostics: every value-path module has `diagnostics() -> dict` (coefficients, gate statistics of the last
-forward); `force_v1_gates(model, "zero" | "mean")` is the gate intervention of the SATFormer analysis.
+Diagnostics: every value-path module with parameters or gates has `diagnostics() -> dict` (coefficients, gate
+statistics of the last forward), collected by `model.valuearch_diagnostics()`; `force_v1_gates(model, "zero" | "mean")` is the gate intervention of the SATFormer analysis.
 """
 
 from __future__ import annotations
@@ -98,9 +98,6 @@ class ResidualValues(nn.Module):
     def init_weights(self):
         """(Re)initialise this path's own parameters (called from `_init_weights`)."""
 
-    def diagnostics(self) -> dict:
-        return {}
-
 
 class FirstLayerValues(ResidualValues):
     """Layer 0 when later layers read V1: standard values, also handed on as V1 = h_0 W_V^1 (before any mixing)."""
@@ -177,6 +174,7 @@ class MixedValues(ResidualValues):
         return key_states, values.transpose(1, 2)
 
     def diagnostics(self) -> dict:
+        """The coefficients of this layer: {"value_scale": gamma} or {"residual_scale": alpha, "source_scale": beta}."""
         return {name: float(torch.as_tensor(getattr(self, name)).detach()) for name in self.coefficient_names}
 
 
@@ -207,6 +205,7 @@ class GatedV1Values(ResidualValues):
         return values + gate.unsqueeze(-1) * value_context.v1.to(values.dtype)
 
     def diagnostics(self) -> dict:
+        """Per KV head, over the tokens of the most recent forward: mean gate and fraction of gates exactly 0."""
         if self.last_gate_mean is None:
             return {}
         return {"v1_gate_mean": self.last_gate_mean.cpu().tolist(),

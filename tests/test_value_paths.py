@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from hf_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, force_v1_gates
-from hf_valuearch.value_paths import GatedV1Values, MixedValues, ValueContext, build_value_path
+from hf_valuearch.value_paths import ValueContext, build_value_path
 from tests.common import random_ids, tiny_config, tiny_model
 
 # --- config -----------------------------------------------------------------------------------------------
@@ -185,26 +185,20 @@ def test_other_value_paths_accept_inputs_embeds():
     assert torch.allclose(model(inputs_embeds=model.model.embed_tokens(ids)).logits, model(ids).logits)
 
 
-def value_path_diagnostics(model) -> dict:
-    """What the model-level diagnostics API collects: {module name: module.diagnostics()}."""
-    return {name: module.diagnostics() for name, module in model.named_modules()
-            if isinstance(module, (MixedValues, GatedV1Values)) and module.diagnostics()}
-
-
 def test_diagnostics_report_coefficients_and_gate_statistics_per_layer():
     bov = tiny_model("bov", num_hidden_layers=4)
     with torch.no_grad():
         bov.model.layers[3].self_attn.value_path.value_scale.fill_(10.5)
-    assert value_path_diagnostics(bov) == {"model.layers.2.self_attn.value_path": {"value_scale": 1.0},
+    assert bov.valuearch_diagnostics() == {"model.layers.2.self_attn.value_path": {"value_scale": 1.0},
                                            "model.layers.3.self_attn.value_path": {"value_scale": 10.5}}
     resformer = tiny_model("resformer", value_coefficients="learnable")
-    assert value_path_diagnostics(resformer)["model.layers.1.self_attn.value_path"] == {
+    assert resformer.valuearch_diagnostics()["model.layers.1.self_attn.value_path"] == {
         "residual_scale": 0.5, "source_scale": 0.5}
 
     satformer = tiny_model("satformer")
-    assert value_path_diagnostics(satformer) == {}  # nothing recorded before a forward
+    assert not any(satformer.valuearch_diagnostics().values())  # nothing recorded before a forward
     satformer(random_ids(2, 16))
-    stats = value_path_diagnostics(satformer)
+    stats = {name: d for name, d in satformer.valuearch_diagnostics().items() if d}
     assert sorted(stats) == ["model.layers.1.self_attn.value_path", "model.layers.2.self_attn.value_path"]
     for layer_stats in stats.values():
         assert len(layer_stats["v1_gate_mean"]) == 2 and len(layer_stats["v1_gate_zero_fraction"]) == 2  # KV heads

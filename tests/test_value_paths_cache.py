@@ -3,7 +3,7 @@
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from hf_valuearch import place_value_tables
 from hf_valuearch.cache_valuearch import KeysAndTokenIdsLayer, SlidingKeysAndTokenIdsLayer
@@ -165,3 +165,20 @@ def test_conversions_reject_sources_they_cannot_map():
         to_resformer(satformer)
     with pytest.raises(ValueError, match="x0 W_V-substitutive"):
         to_bov(tiny_model(value_source="x0", value_mix="add", value_layers="all"))
+
+
+def test_convert_script_to_value_path_architectures(llama, tmp_path):
+    from scripts.convert import main as convert_main
+
+    llama.save_pretrained(tmp_path / "llama")
+    ids = random_ids(2, 9)
+    expected = llama(ids).logits
+    for target in ("resformer", "satformer", "bov"):
+        convert_main(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / target), "--to", target])
+        converted = AutoModelForCausalLM.from_pretrained(tmp_path / target).eval()
+        assert converted.config.model_type == target
+        if target == "bov":
+            assert torch.equal(converted.model.layers[2].self_attn.value_path.value_table.weight,
+                               to_bov(llama).model.layers[2].self_attn.value_path.value_table.weight)
+        else:
+            assert torch.equal(converted(ids).logits, expected)
