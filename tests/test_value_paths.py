@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from hf_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, force_v1_gates
+from hf_valuearch import MODEL_TYPES, BovConfig, ResFormerConfig, SatFormerConfig, force_v1_gates
 from hf_valuearch.value_paths import ValueContext, build_value_path
 from tests.common import random_ids, tiny_config, tiny_model
 
@@ -265,3 +265,30 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         assert any("value_path" in name for name in grads[0]), model_type
         for name in grads[0]:
             assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), (model_type, name)
+
+
+def test_fresh_bov_equals_the_x0_substitutive_model_at_step_0(tmp_path):
+    """BoV §4 aligned init: E_V[t] = W_V RMSNorm(e[t]), so step 0 equals the x0 W_V substitution."""
+    bov = tiny_model("bov", num_hidden_layers=4)
+    x0_model = tiny_model(num_hidden_layers=4, value_source="x0", value_layers="last_third",
+                          value_coefficients="learnable")
+    x0_model.load_state_dict(bov.state_dict(), strict=False)  # everything but the tables
+    ids = random_ids(2, 8)
+    assert torch.allclose(bov(ids).logits, x0_model(ids).logits, atol=1e-5)
+
+    with torch.no_grad():  # a trained table is loaded as saved, not re-aligned
+        bov.model.layers[3].self_attn.value_path.value_table.weight.mul_(3.0)
+    bov.save_pretrained(tmp_path)
+    reloaded = type(bov).from_pretrained(tmp_path)
+    assert torch.equal(reloaded.model.layers[3].self_attn.value_path.value_table.weight,
+                       bov.model.layers[3].self_attn.value_path.value_table.weight)
+
+
+def test_tables_missing_from_a_checkpoint_are_aligned_to_its_weights(tmp_path):
+    x0_model = tiny_model(value_source="x0", value_layers="last_third", value_coefficients="learnable")
+    x0_model.save_pretrained(tmp_path)
+    config = BovConfig(**{k: v for k, v in x0_model.config.to_dict().items()
+                          if k in BovConfig().to_dict() and k not in ("model_type", "architectures", "auto_map")})
+    bov = MODEL_TYPES["bov"][2].from_pretrained(tmp_path, config=config).eval()
+    ids = random_ids(2, 8)
+    assert torch.allclose(bov(ids).logits, x0_model(ids).logits, atol=1e-5)
