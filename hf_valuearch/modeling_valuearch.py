@@ -326,13 +326,6 @@ class ValueArchModel(ValueArchPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    @property
-    def value_table_rows(self) -> int | None:
-        """Rows of the smallest value table (BoV), None without tables."""
-        rows = [layer.self_attn.value_path.value_table.num_embeddings for layer in self.layers
-                if hasattr(layer.self_attn.value_path, "value_table")]
-        return min(rows, default=None)
-
     def _attention_masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
         """One mask per attention mixer type present in the model."""
         mask_builders = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
@@ -374,7 +367,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
         masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
 
-        value_context = build_value_context(self.config, input_ids, inputs_embeds, self.value_table_rows)
+        value_context = build_value_context(self, input_ids, inputs_embeds)
         stream = self.readout.start(inputs_embeds)
         for layer in self.layers:
             stream = layer(

@@ -53,10 +53,13 @@ class ValueContext:
     v1: torch.Tensor | None = None
 
 
-def build_value_context(config, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor,
-                        value_table_rows: int | None) -> ValueContext:
-    """The context of one forward; checks that table layers get token ids that lie inside their tables."""
+def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> ValueContext:
+    """The context of one forward of `model` (a `ValueArchModel`); checks that table layers get token ids that
+    lie inside their tables."""
+    config = model.config
     if config.value_source == "table":
+        value_table_rows = min(m.value_table.num_embeddings for m in model.modules()
+                               if isinstance(m, MixedValues) and m.source == "table")
         if input_ids is None:
             raise ValueError(
                 f"value_source='table' (layers {config.value_layer_indices}) looks values up by token id: call the "
