@@ -7,20 +7,39 @@ and marks the classes for remote code, so `save_pretrained` writes the modeling 
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .configuration_valuearch import AttnResConfig, RdAttnResConfig, ValueArchConfig
+from .configuration_valuearch import (
+    AttnResConfig,
+    BovConfig,
+    RdAttnResConfig,
+    ResFormerConfig,
+    SatFormerConfig,
+    ValueArchConfig,
+)
 from .modeling_valuearch import (
     AttnResForCausalLM,
     AttnResModel,
+    BovForCausalLM,
+    BovModel,
     RdAttnResForCausalLM,
     RdAttnResModel,
+    ResFormerForCausalLM,
+    ResFormerModel,
+    SatFormerForCausalLM,
+    SatFormerModel,
     ValueArchForCausalLM,
     ValueArchModel,
     ValueArchPreTrainedModel,
 )
+from .value_paths import force_v1_gates, place_value_tables
 
 # model_type -> (config class, base model class, causal-LM class); one entry per named architecture.
 MODEL_TYPES = {
     ValueArchConfig.model_type: (ValueArchConfig, ValueArchModel, ValueArchForCausalLM),
+    # value paths (value_paths.py)
+    BovConfig.model_type: (BovConfig, BovModel, BovForCausalLM),
+    ResFormerConfig.model_type: (ResFormerConfig, ResFormerModel, ResFormerForCausalLM),
+    SatFormerConfig.model_type: (SatFormerConfig, SatFormerModel, SatFormerForCausalLM),
+    # depth routing (depth_routing.py)
     AttnResConfig.model_type: (AttnResConfig, AttnResModel, AttnResForCausalLM),
     RdAttnResConfig.model_type: (RdAttnResConfig, RdAttnResModel, RdAttnResForCausalLM),
 }
@@ -34,15 +53,8 @@ for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
     _lm_class.register_for_auto_class("AutoModelForCausalLM")
 
 __all__ = [
-    "MODEL_TYPES",
-    "ValueArchConfig",
-    "ValueArchModel",
-    "ValueArchForCausalLM",
-    "ValueArchPreTrainedModel",
-    "AttnResConfig",
-    "AttnResModel",
-    "AttnResForCausalLM",
-    "RdAttnResConfig",
-    "RdAttnResModel",
-    "RdAttnResForCausalLM",
+    "MODEL_TYPES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel",
+    "BovConfig", "BovModel", "BovForCausalLM", "ResFormerConfig", "ResFormerModel", "ResFormerForCausalLM",
+    "SatFormerConfig", "SatFormerModel", "SatFormerForCausalLM", "force_v1_gates", "place_value_tables",
+    "AttnResConfig", "AttnResModel", "AttnResForCausalLM", "RdAttnResConfig", "RdAttnResModel", "RdAttnResForCausalLM",
 ]

@@ -18,6 +18,7 @@ from . import MODEL_TYPES
 from .configuration_valuearch import ValueArchConfig
 from .depth_conversion import to_rd_attnres, valuearch_to_attnres
 from .modeling_valuearch import ValueArchForCausalLM
+from .value_path_conversion import to_bov, to_resformer, to_satformer
 
 # LlamaConfig fields that carry over unchanged (same name, same meaning).
 LLAMA_FIELDS = (
@@ -69,6 +70,10 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
 CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
     "valuearch": lambda model: model,
     "llama": valuearch_to_llama,
+    # value paths (value_path_conversion.py)
+    "bov": to_bov,
+    "resformer": to_resformer,
+    "satformer": to_satformer,
     # depth routing (depth_conversion.py): zero pseudo-queries / a V route that starts tied
     "attnres": valuearch_to_attnres,
     "rd_attnres": to_rd_attnres,

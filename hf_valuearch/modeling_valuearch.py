@@ -4,7 +4,9 @@ With default settings this is numerically the same model as transformers' `Llama
 (the same parameter names and shapes, so checkpoints convert by renaming the config only).
 The axes plug in at three places:
 
-* value path: `ValueArchAttention.value_path` turns `V = h W_V` into the values attention uses;
+* value path: `ValueArchAttention.value_path` computes the values attention uses (from `h W_V`, a token table,
+  x0 W_V or V1; see value_paths.py) and decides what the cache keeps; `ValueArchModel.forward` threads the
+  per-forward `ValueContext` (token ids, x0, V1) through the layers as the `value_context` keyword;
 * depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
 * sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer.
 """
@@ -30,9 +32,22 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .cache_valuearch import ValueArchCache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
-from .configuration_valuearch import AttnResConfig, RdAttnResConfig, ValueArchConfig
+from .configuration_valuearch import (
+    AttnResConfig,
+    BovConfig,
+    RdAttnResConfig,
+    ResFormerConfig,
+    SatFormerConfig,
+    ValueArchConfig,
+)
 from .depth_routing import build_layer_router, build_readout
-from .value_paths import build_value_path
+from .value_paths import (
+    ResidualValues,
+    ValueContext,
+    align_value_tables,
+    build_value_context,
+    build_value_path,
+)
 
 
 class ValueArchRMSNorm(nn.Module):
@@ -184,6 +199,7 @@ class ValueArchAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         value_hidden_states: torch.Tensor | None = None,  # [B, T, D]: input of W_V when it differs (RD-AttnRes)
+        value_context: ValueContext | None = None,  # per-forward token ids / x0 / V1 (value_paths.py)
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
@@ -194,14 +210,16 @@ class ValueArchAttention(nn.Module):
         if self.q_norm is not None:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         value_input = hidden_states if value_hidden_states is None else value_hidden_states
-        value_states = self.value_path(self.v_proj(value_input).view(hidden_shape))  # [B, T, H_kv, D]
+        value_states = self.value_path(value_input, self.v_proj, value_context)  # [B, T, H_kv, D]
 
         query_states, key_states, value_states = (x.transpose(1, 2) for x in (query_states, key_states, value_states))
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
 
         if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+            key_states, value_states = self.value_path.update_cache(
+                cache, self.layer_idx, key_states, value_states, value_context
+            )
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -270,16 +288,31 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = False
     _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
 
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, ResidualValues):  # value-path scalars (gamma, alpha, beta) of their config
+            module.init_weights()
+        if hasattr(module, "init_valuearch_weights"):  # depth routing: zero pseudo-queries (depth_routing.py)
+            module.init_valuearch_weights()
+
+    def initialize_weights(self):
+        """Initialise as transformers does, then align the BoV value tables that were not loaded."""
+        super().initialize_weights()
+        align_value_tables(self if isinstance(self, ValueArchModel) else self.model)
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         # Our cache has a per-layer class (see cache_valuearch.py); the base model builds it itself.
         return False
 
-    def _init_weights(self, module):
-        """Transformers' default init, then the axis modules' own (`init_valuearch_weights`, e.g. zero queries)."""
-        super()._init_weights(module)
-        if hasattr(module, "init_valuearch_weights"):
-            module.init_valuearch_weights()
+    def valuearch_diagnostics(self) -> dict[str, dict]:
+        """Every mechanism's diagnostics, `{module name: module.diagnostics()}`.
+
+        Mechanism modules (value paths, depth routers, KVM mixers) define `diagnostics()`, returning plain
+        numbers or CPU tensors: learned coefficients, and statistics recorded during the last forward.
+        """
+        return {name: module.diagnostics() for name, module in self.named_modules()
+                if module is not self and callable(getattr(module, "diagnostics", None))}
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with `AutoModel` added to the remote-code `auto_map`."""
@@ -345,6 +378,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
         masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
 
+        value_context = build_value_context(self, input_ids, inputs_embeds)
         hidden_states, depth_state = self.readout.start(inputs_embeds)
         for layer in self.layers:
             hidden_states, depth_state = layer(
@@ -353,6 +387,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
                 attention_mask=masks[layer.self_attn.mixer_type],
                 position_embeddings=position_embeddings,
                 cache=cache,
+                value_context=value_context,
                 **kwargs,
             )
         hidden_states = self.readout.finish(hidden_states, depth_state, self.norm)
@@ -416,6 +451,36 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
         )
 
 
+# --- value paths: Bank of Values, ResFormer, SATFormer (value_paths.py) -----------------------------------
+
+
+class BovModel(ValueArchModel):
+    config_class = BovConfig
+
+
+class BovForCausalLM(ValueArchForCausalLM):
+    config_class = BovConfig
+    base_model_class = BovModel
+
+
+class ResFormerModel(ValueArchModel):
+    config_class = ResFormerConfig
+
+
+class ResFormerForCausalLM(ValueArchForCausalLM):
+    config_class = ResFormerConfig
+    base_model_class = ResFormerModel
+
+
+class SatFormerModel(ValueArchModel):
+    config_class = SatFormerConfig
+
+
+class SatFormerForCausalLM(ValueArchForCausalLM):
+    config_class = SatFormerConfig
+    base_model_class = SatFormerModel
+
+
 # --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
 
 
@@ -438,11 +503,7 @@ class RdAttnResForCausalLM(ValueArchForCausalLM):
 
 
 __all__ = [
-    "ValueArchPreTrainedModel",
-    "ValueArchModel",
-    "ValueArchForCausalLM",
-    "AttnResModel",
-    "AttnResForCausalLM",
-    "RdAttnResModel",
-    "RdAttnResForCausalLM",
+    "ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM",
+    "BovModel", "BovForCausalLM", "ResFormerModel", "ResFormerForCausalLM", "SatFormerModel", "SatFormerForCausalLM",
+    "AttnResModel", "AttnResForCausalLM", "RdAttnResModel", "RdAttnResForCausalLM",
 ]
