@@ -13,6 +13,7 @@ from hf_valuearch.compat import output_cache
 from hf_valuearch.conversion import convert
 from hf_valuearch.depth_conversion import attnres_to_rd_attnres
 from hf_valuearch.depth_logging import DepthRouteLoggingCallback
+from hf_valuearch.depth_routing import record_depth_routes
 from scripts.convert import main as convert_main
 from tests.common import TINY, random_ids, tiny_model
 from tests.test_depth_routing import randomize_routes
@@ -145,3 +146,23 @@ def test_bfloat16_training_step():
     with torch.no_grad():
         reference = randomize_routes(tiny_model("rd_attnres"), scale=0.5)(ids, labels=ids).loss
     assert abs(loss.item() - reference.item()) < 0.05
+
+
+def test_composes_with_value_paths_and_model_diagnostics():
+    """RD-AttnRes with SATFormer-style V1 gates: decode = prefill, and `valuearch_diagnostics()` collects
+    the routers' and readout's reports next to the value paths'."""
+    model = randomize_routes(tiny_model("rd_attnres", value_source="v1", value_mix="relu_gate",
+                                        value_coefficients="learnable", value_layers="all"), scale=0.5)
+    ids = random_ids(2, 10)
+    record_depth_routes(model)
+    with torch.no_grad():
+        full = model(ids).logits
+        report = model.valuearch_diagnostics()
+        out = model(ids[:, :6], use_cache=True)
+        steps, cache = [out.logits], output_cache(out)
+        for t in range(6, 10):
+            steps.append(model(ids[:, t : t + 1], cache=cache, use_cache=True).logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    assert report["model.layers.1.router"]["qk_value_js"] > 0
+    assert len(report["model.readout"]["final"]) == 3  # embedding, one completed block, the partial sum
+    assert "model.layers.1.self_attn.value_path" in report
