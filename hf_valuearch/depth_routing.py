@@ -373,16 +373,18 @@ def depth_route_report(model: nn.Module, input_ids: torch.Tensor, attention_mask
     "mean_qk_value_js": mean over layers of the per-token JS between Q/K and V routes (RD-AttnRes only)},
     averaged over the tokens where `attention_mask` is 1.
     """
+    routers = [m for m in model.modules() if isinstance(m, BlockAttnResRouter)]
+    readouts = [m for m in model.modules() if isinstance(m, BlockAttnResReadout)]
+    if not routers:
+        raise ValueError("depth_route_report needs a model with depth_routing 'block_attnres' or 'rd_attnres'")
     was_training = model.training
     model.eval()
     record_depth_routes(model, True)
     try:
         model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        routers = [m for m in model.modules() if isinstance(m, BlockAttnResRouter)]
-        readout = next(m for m in model.modules() if isinstance(m, BlockAttnResReadout))
         report = {
             "layers": [router.diagnostics(attention_mask) for router in routers],
-            "final": readout.diagnostics(attention_mask),
+            "final": readouts[0].diagnostics(attention_mask),
         }
     finally:
         record_depth_routes(model, False)

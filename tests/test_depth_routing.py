@@ -331,6 +331,8 @@ def test_depth_route_report():
     real = torch.cat([per_token[0], per_token[1, 2:]])
     assert router.diagnostics(attention_mask)["qk_value_js"] == pytest.approx(real.mean().item(), rel=1e-5)
 
+    with pytest.raises(ValueError, match="depth_routing"):
+        depth_route_report(tiny_model("valuearch"), input_ids)
     tied = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="tied"))
     assert depth_route_report(tied, input_ids)["mean_qk_value_js"] == pytest.approx(0.0, abs=1e-7)
 
