@@ -59,9 +59,10 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
 
     in float32 (float64 for float64 values), cast back to the values' dtype before the weight, as
     `ValueArchRMSNorm` does. Backward keeps references to the values, the per-token α, dots, rstd
-    [n, B, T, k] and r_q [B, T, 1], and each normalised mixture m_q r_q in the values' dtype (what a
+    [n, B, T, k] and r [k, B, T, 1], and the normalised mixtures m r [k, B, T, D] in the values' dtype (what a
     separate RMSNorm would save as its input); it recomputes the rest as Megatron-LM's
-    `_AttnResAggregation` does, so no per-source float32 copy lives until the backward pass. Fusing the
+    `_AttnResAggregation` does, so no per-source float32 copy lives until the backward pass. The k
+    mixtures share each pass over the sources. Fusing the
     pre-norm saves autograd's many small RMSNorm backward ops, which matters most for RD-AttnRes's
     second (value-route) read. Returns the k outputs as separate tensors and α (not differentiable).
     """
@@ -76,41 +77,36 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
         ) / hidden_size  # [n, B, T]
         rstd = torch.rsqrt(mean_squares + eps).unsqueeze(-1)  # [n, B, T, 1]
         alpha = torch.softmax(dots * rstd, dim=0)  # [n, B, T, k]
-        outputs, normalised, output_rstd = [], [], []
-        for q in range(queries.shape[0]):
-            mixed = alpha[0, ..., q : q + 1] * values[0]  # m_q [B, T, D]
-            for alpha_j, v in zip(alpha[1:], values[1:]):
-                mixed.addcmul_(alpha_j[..., q : q + 1], v)
-            mixed_mean_square = torch.linalg.vector_norm(mixed, dim=-1, keepdim=True).square() / hidden_size
-            mixed_rstd = torch.rsqrt(mixed_mean_square + norm_eps)  # r_q [B, T, 1]
-            normalised_q = (mixed * mixed_rstd).to(out_dtype)  # m_q r_q
-            outputs.append(norm_weight * normalised_q)
-            normalised.append(normalised_q)
-            output_rstd.append(mixed_rstd)
-        ctx.save_for_backward(queries, norm_weight, alpha, dots, rstd, *output_rstd, *normalised, *values)
-        ctx.num_queries = queries.shape[0]
+        # all k mixtures in one pass over the sources: m [k, B, T, D]
+        alpha_by_query = alpha.permute(0, 3, 1, 2).unsqueeze(-1)  # [n, k, B, T, 1]
+        mixed = alpha_by_query[0] * values[0]
+        for alpha_j, v in zip(alpha_by_query[1:], values[1:]):
+            mixed.addcmul_(alpha_j, v)
+        mixed_mean_square = torch.linalg.vector_norm(mixed, dim=-1, keepdim=True).square() / hidden_size
+        mixed_rstd = torch.rsqrt(mixed_mean_square + norm_eps)  # r [k, B, T, 1]
+        normalised = (mixed * mixed_rstd).to(out_dtype)  # m r  [k, B, T, D]
+        outputs = [norm_weight * normalised_q for normalised_q in normalised]
+        ctx.save_for_backward(queries, norm_weight, alpha, dots, rstd, mixed_rstd, normalised, *values)
         ctx.mark_non_differentiable(alpha)
         return (*outputs, alpha)
 
     @staticmethod
     def backward(ctx, *grads):
-        k = ctx.num_queries
-        queries, norm_weight, alpha, dots, rstd, *rest = ctx.saved_tensors
-        output_rstd, normalised, values = rest[:k], rest[k : 2 * k], rest[2 * k :]
+        queries, norm_weight, alpha, dots, rstd, mixed_rstd, normalised, *values = ctx.saved_tensors
         hidden_size, dtype = values[0].shape[-1], queries.dtype
-        # through the RMSNorm, n_q = m_q r_q, dn = g ⊙ w: dm_q = r_q (dn - n_q mean(dn ⊙ n_q)), dw = Σ g ⊙ n_q
+        # through the RMSNorm, n = m r, dn = g ⊙ w: dm = r (dn - n mean(dn ⊙ n)), dw = Σ g ⊙ n
         weight = norm_weight.to(dtype)
         grad_norm_weight = torch.zeros_like(weight)
-        grad_mixed = []
-        for grad_q, rstd_q, normalised_q in zip(grads[:k], output_rstd, normalised):
-            grad_q, normalised_q = grad_q.to(dtype), normalised_q.to(dtype)
+        grad_mixed = torch.empty(normalised.shape, dtype=dtype, device=normalised.device)  # dm [k, B, T, D]
+        for q, grad_q in enumerate(grads[:-1]):  # grads[-1] is α's
+            grad_q, normalised_q = grad_q.to(dtype), normalised[q].to(dtype)
             grad_times_normalised = grad_q * normalised_q  # [B, T, D]
             grad_norm_weight += grad_times_normalised.flatten(0, -2).sum(0)
             projection = (grad_times_normalised @ weight).unsqueeze(-1) / hidden_size  # mean(dn ⊙ n_q) [B, T, 1]
-            grad_normalised = grad_q * weight
-            grad_mixed.append(torch.addcmul(grad_normalised, normalised_q, projection, value=-1).mul_(rstd_q))
+            torch.mul(grad_q, weight, out=grad_mixed[q])
+            grad_mixed[q].addcmul_(normalised_q, projection, value=-1).mul_(mixed_rstd[q])
         # through the depth softmax: u_jq = <dm_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
-        u = torch.stack([torch.stack([(g * v).sum(-1) for g in grad_mixed], -1) for v in values])  # [n, B, T, k]
+        u = torch.stack([(grad_mixed * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k]
         grad_logits = alpha * (u - (alpha * u).sum(0, keepdim=True))  # [n, B, T, k]
         grad_dots = grad_logits * rstd  # d/d dots_jq  [n, B, T, k]
         # d logit / d rstd · d rstd / d v_j = -(Σ_q dlogit_jq dots_jq) rstd_j^3 v_j / D
@@ -118,8 +114,8 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
         grad_values = []
         for alpha_j, grad_dots_j, coefficient_j, v in zip(alpha, grad_dots, norm_coefficient, values):
             grad_v = torch.addcmul(grad_dots_j @ queries, coefficient_j, v)  # [B, T, D]
-            for q, g in enumerate(grad_mixed):
-                grad_v.addcmul_(alpha_j[..., q : q + 1], g)  # + α_jq dm_q
+            for q in range(len(grad_mixed)):
+                grad_v.addcmul_(alpha_j[..., q : q + 1], grad_mixed[q])  # + α_jq dm_q
             grad_values.append(grad_v.to(v.dtype))
         grad_queries = None
         if ctx.needs_input_grad[0]:
