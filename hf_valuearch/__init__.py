@@ -7,12 +7,13 @@ and marks the classes for remote code, so `save_pretrained` writes the modeling 
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .configuration_valuearch import ValueArchConfig
-from .modeling_valuearch import ValueArchForCausalLM, ValueArchModel, ValueArchPreTrainedModel
+from .configuration_valuearch import KvmConfig, ValueArchConfig
+from .modeling_valuearch import KvmForCausalLM, KvmModel, ValueArchForCausalLM, ValueArchModel, ValueArchPreTrainedModel
 
 # model_type -> (config class, base model class, causal-LM class); one entry per named architecture.
 MODEL_TYPES = {
     ValueArchConfig.model_type: (ValueArchConfig, ValueArchModel, ValueArchForCausalLM),
+    KvmConfig.model_type: (KvmConfig, KvmModel, KvmForCausalLM),
 }
 
 for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
@@ -23,4 +24,4 @@ for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
     _model_class.register_for_auto_class("AutoModel")
     _lm_class.register_for_auto_class("AutoModelForCausalLM")
 
-__all__ = ["MODEL_TYPES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel"]
+__all__ = ["MODEL_TYPES", "KvmConfig", "KvmModel", "KvmForCausalLM", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel"]
