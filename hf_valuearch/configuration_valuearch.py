@@ -187,7 +187,7 @@ class ValueArchConfig(PreTrainedConfig):
         if "sliding_attention" in self.mixer_types:
             _check_int("sliding_window", self.sliding_window)
         elif self.sliding_window is not None:
-            _fail("sliding_window", self.sliding_window, "only meaningful when a layer is 'sliding_attention'")
+            _fail("sliding_window", self.sliding_window, "must be None unless a layer is 'sliding_attention'")
         if "kvm" in self.mixer_types:
             self.validate_kvm()
 

@@ -1,0 +1,105 @@
+"""Checkpoint conversion between transformers' Llama and the hf_valuearch architectures.
+
+`convert(model, target)` returns a new model of architecture `target`. A Llama source is first
+converted to the standard `valuearch` decoder (same parameter names, config renamed field by field:
+identical logits); each architecture's converter then starts from a standard `valuearch` model.
+`scripts/convert.py` is the command-line front end.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedConfig, PreTrainedModel
+
+from . import MODEL_TYPES
+from .configuration_valuearch import ValueArchConfig
+from .kvm_conversion import llama_to_kvm
+from .modeling_valuearch import ValueArchForCausalLM
+
+# LlamaConfig fields that carry over unchanged (same name, same meaning).
+LLAMA_FIELDS = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range",
+    "rms_norm_eps", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings",
+    "rope_parameters", "attention_bias", "attention_dropout", "mlp_bias",
+)
+# Fields that only valuearch has (decoder options and the three axes): all must be at their defaults for Llama.
+VALUEARCH_OPTION_FIELDS = sorted(
+    set(ValueArchConfig.__dataclass_fields__) - set(PreTrainedConfig.__dataclass_fields__) - set(LLAMA_FIELDS)
+)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "chat_template.jinja")
+
+
+def _with_weights(target: PreTrainedModel, source: PreTrainedModel) -> PreTrainedModel:
+    """Copy `source`'s parameters into `target` (same names and shapes required), in source's dtype."""
+    target = target.to(dtype=source.dtype)
+    missing, unexpected = target.load_state_dict(source.state_dict(), strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and target.config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(f"weights do not match: missing {missing}, unexpected {unexpected}")
+    return target.eval()
+
+
+def llama_to_valuearch(model: LlamaForCausalLM) -> ValueArchForCausalLM:
+    """Llama -> the standard valuearch decoder, numerically the same model."""
+    if getattr(model.config, "pretraining_tp", 1) not in (1, None):
+        raise ValueError(f"LlamaConfig.pretraining_tp={model.config.pretraining_tp} is not supported: expected 1")
+    fields = {name: getattr(model.config, name) for name in LLAMA_FIELDS}
+    return _with_weights(ValueArchForCausalLM(ValueArchConfig(**fields)), model)
+
+
+def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
+    """The standard valuearch decoder -> Llama. Refuses a model that uses any non-Llama option."""
+    standard = ValueArchConfig(**{name: getattr(model.config, name) for name in LLAMA_FIELDS})
+    differing = sorted(name for name in VALUEARCH_OPTION_FIELDS if getattr(model.config, name) != getattr(standard, name))
+    if differing or model.config.model_type != "valuearch":
+        raise ValueError(
+            f"only a standard 'valuearch' model converts to Llama; this {model.config.model_type!r} model sets "
+            f"{differing} away from the Llama defaults"
+        )
+    fields = {name: getattr(model.config, name) for name in LLAMA_FIELDS}
+    return _with_weights(LlamaForCausalLM(LlamaConfig(**fields)), model)
+
+
+# target name -> converter from a standard-or-family valuearch model. Architectures add theirs.
+CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
+    "valuearch": lambda model: model,
+    "llama": valuearch_to_llama,
+    "kvm": llama_to_kvm,
+}
+
+
+def convert(model: PreTrainedModel, target: str) -> PreTrainedModel:
+    """Convert an in-memory Llama or valuearch-family model to architecture `target`."""
+    if target not in CONVERTERS:
+        raise ValueError(f"unknown conversion target {target!r}: allowed targets are {sorted(CONVERTERS)}")
+    if isinstance(model, LlamaForCausalLM):
+        if target == "llama":
+            return model
+        model = llama_to_valuearch(model)
+    return CONVERTERS[target](model)
+
+
+def load_for_conversion(path: str | Path) -> PreTrainedModel:
+    """Load a Llama or valuearch-family checkpoint directory in its stored dtype."""
+    model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
+    if model_type == "llama":
+        return LlamaForCausalLM.from_pretrained(path, dtype="auto").eval()
+    if model_type in MODEL_TYPES:
+        return MODEL_TYPES[model_type][2].from_pretrained(path, dtype="auto").eval()
+    raise ValueError(f"cannot convert a {model_type!r} checkpoint: expected 'llama' or one of {sorted(MODEL_TYPES)}")
+
+
+def convert_checkpoint(source: str | Path, destination: str | Path, target: str) -> PreTrainedModel:
+    """Convert the checkpoint directory `source` to `target` and save it (weights, config, code, tokenizer)."""
+    model = convert(load_for_conversion(source), target)
+    destination = Path(destination)
+    model.save_pretrained(destination)
+    for name in TOKENIZER_FILES:
+        if (Path(source) / name).exists():
+            shutil.copy2(Path(source) / name, destination / name)
+    return model
