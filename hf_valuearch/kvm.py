@@ -15,6 +15,7 @@ decode step (A.6) update it, with the same T and A.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields, replace
 
@@ -185,14 +186,15 @@ class KVMMixer(nn.Module):
         # every merged token goes to its most similar non-sink slot of the state after this chunk's appends
         similarity = merge_keys @ self.state_key_norm(state.state_keys).transpose(-1, -2)  # [B, H_kv, n, M]
         similarity[..., : self.sink_slots] = float("-inf")
-        assignment = F.one_hot(similarity.argmax(dim=-1), state.num_slots).to(merge_keys.dtype)  # [B, H_kv, n, M]
+        slot = similarity.argmax(dim=-1, keepdim=True)  # [B, H_kv, n, 1]
         state = replace(
             state,
-            state_keys=state.state_keys + assignment.transpose(-1, -2) @ merge_keys,
-            state_values=state.state_values + assignment.transpose(-1, -2) @ merge_values,
+            state_keys=state.state_keys.scatter_add(2, slot.expand_as(merge_keys), merge_keys),
+            state_values=state.state_values.scatter_add(2, slot.expand_as(merge_values), merge_values),
         )
-        if not self.readout_radius:
-            state = replace(state, state_radius=state.state_radius + assignment.sum(dim=2).unsqueeze(-1))
+        if not self.readout_radius:  # counts n_j
+            merged_count = torch.ones_like(slot, dtype=state.state_radius.dtype)
+            state = replace(state, state_radius=state.state_radius.scatter_add(2, slot, merged_count))
         return state
 
     # --- attention --------------------------------------------------------------------------------------------
@@ -219,11 +221,8 @@ class KVMMixer(nn.Module):
             temperature = torch.cat((self.state_temperature[:, None].expand(-1, num_state),
                                      self.window_temperature[:, None].expand(-1, window_keys.shape[2])), dim=1)
             keys = keys * temperature[None, :, :, None]  # [1, H, M + W, 1]
-        num_queries, num_keys = queries.shape[2], keys.shape[2]
-        query_index = torch.arange(num_queries, device=queries.device)[:, None]
-        key_index = torch.arange(num_keys, device=queries.device)[None, :]
-        lower_right_causal = key_index <= query_index + (num_keys - num_queries)  # [Tq, M + W]
-        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=lower_right_causal, scale=self.scaling)
+        mask = lower_right_causal_mask(queries.shape[2], keys.shape[2], queries.device)
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scaling)
 
     def extend(self, state: KVMState, queries, keys, values, gates) -> tuple[torch.Tensor, KVMState]:
         """Process T new tokens after `state` (training, prefill, decode and continuation alike).
@@ -312,6 +311,14 @@ class KVMMixer(nn.Module):
             result["tokens_in_state"] = [s.covered for s in states]
             result["cache_bytes"] = cache.layers[self.layer_idx].nbytes()
         return result
+
+
+@functools.lru_cache(maxsize=16)
+def lower_right_causal_mask(num_queries: int, num_keys: int, device: torch.device) -> torch.Tensor:
+    """[Tq, L] bool: key j is visible to query i iff j <= i + (L - Tq) (the queries are the last Tq keys)."""
+    query_index = torch.arange(num_queries, device=device)[:, None]
+    key_index = torch.arange(num_keys, device=device)[None, :]
+    return key_index <= query_index + (num_keys - num_queries)
 
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
