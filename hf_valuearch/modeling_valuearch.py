@@ -293,6 +293,15 @@ class ValueArchPreTrainedModel(PreTrainedModel):
         # Our cache has a per-layer class (see cache_valuearch.py); the base model builds it itself.
         return False
 
+    def valuearch_diagnostics(self) -> dict[str, dict]:
+        """Every mechanism's diagnostics, `{module name: module.diagnostics()}`.
+
+        Mechanism modules (value paths, depth routers, KVM mixers) define `diagnostics()`, returning plain
+        numbers or CPU tensors: learned coefficients, and statistics recorded during the last forward.
+        """
+        return {name: module.diagnostics() for name, module in self.named_modules()
+                if module is not self and callable(getattr(module, "diagnostics", None))}
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with `AutoModel` added to the remote-code `auto_map`."""
         base_model = self if isinstance(self, ValueArchModel) else self.model
