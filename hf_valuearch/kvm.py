@@ -105,6 +105,7 @@ class KVMMixer(nn.Module):
             self.window_temperature = nn.Parameter(torch.ones(config.num_attention_heads))
         else:
             self.state_temperature = self.window_temperature = None
+        self.last_states: list[tuple[int, int, int]] = []  # (slots, window tokens, tokens in state) after forward
 
     def init_valuearch_weights(self, init):
         """Initial values of the parameters transformers' `_init_weights` does not know (spec A.2)."""
@@ -293,23 +294,21 @@ class KVMMixer(nn.Module):
         if layer_cache is not None:
             layer_cache.states = states
             layer_cache.length += queries.shape[2]
+        self.last_states = [(s.num_slots, s.window_keys.shape[2], s.covered) for s in states]
         return output.transpose(1, 2)
 
     @torch.no_grad()
-    def diagnostics(self, cache=None) -> dict:
-        """Per-head temperatures, merge-gate weight norms per KV head and, given a cache, the state per sequence."""
+    def diagnostics(self) -> dict:
+        """Per-head temperatures, merge-gate weight norm per KV head, and the state after the last forward:
+        slots, window tokens and tokens summarised in the state, one entry per sequence (or one per batch)."""
         result = {}
         if self.state_temperature is not None:
             result["state_temperature"] = self.state_temperature.detach().cpu().tolist()
             result["window_temperature"] = self.window_temperature.detach().cpu().tolist()
         if self.merge_gate_proj is not None:
             result["merge_gate_weight_norm"] = self.merge_gate_proj.weight.norm(dim=-1).cpu().tolist()
-        if cache is not None and cache.layers[self.layer_idx].states:
-            states = cache.layers[self.layer_idx].states
-            result["state_slots"] = [s.num_slots for s in states]
-            result["window_tokens"] = [s.window_keys.shape[2] for s in states]
-            result["tokens_in_state"] = [s.covered for s in states]
-            result["cache_bytes"] = cache.layers[self.layer_idx].nbytes()
+        if self.last_states:
+            result["state_slots"], result["window_tokens"], result["tokens_in_state"] = map(list, zip(*self.last_states))
         return result
 
 

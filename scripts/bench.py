@@ -86,9 +86,8 @@ def kvm_prefill(args):
 @suite("kvm_decode")
 def kvm_decode(args):
     """Greedy decode tokens/s after a prefill of T tokens, KVM vs full attention (DynamicCache-style K/V)."""
-    from hf_valuearch.compat import output_cache
-
     models = _kvm_bench_models(kvm_fixed256=KVM_BENCH_VARIANTS["kvm_fixed256"])
+    from hf_valuearch.compat import output_cache
     steps = 16
     print(f"threads={torch.get_num_threads()}  {steps} decode steps per timing; ratio = KVM tokens/s / full tokens/s")
     for length in (1024, 4096, 16384):

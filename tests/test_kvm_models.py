@@ -109,16 +109,20 @@ def test_cache_bytes_equal_the_window_plus_state_formula(dtype):
 def test_diagnostics_report_temperatures_gates_and_state():
     model = tiny_model("kvm", kvm_chunk_size=4, kvm_state_schedule="power_law", kvm_growth_factor=2.0,
                        kvm_state_min_slots=4, kvm_state_max_chunks=100)
+    assert set(model.valuearch_diagnostics()["model.layers.0.self_attn.sequence_mixer"]) == {
+        "state_temperature", "window_temperature", "merge_gate_weight_norm"}
     with torch.no_grad():
-        cache = output_cache(model(random_ids(2, 64), use_cache=True))
-    mixer = model.model.layers[0].self_attn.sequence_mixer
-    report = mixer.diagnostics(cache)
+        model(random_ids(2, 64))
+    report = model.valuearch_diagnostics()["model.layers.0.self_attn.sequence_mixer"]
     assert report["state_temperature"] == [1.0] * 4 and report["window_temperature"] == [1.0] * 4
     assert len(report["merge_gate_weight_norm"]) == 2
     # last update: chunk [52, 56) leaves the window at T = 60: floor(2 * sqrt(60)) = 15 slots
     assert report["state_slots"] == [15] and report["window_tokens"] == [8] and report["tokens_in_state"] == [56]
-    assert report["cache_bytes"] == cache.layers[0].nbytes()
-    assert set(mixer.diagnostics()) == {"state_temperature", "window_temperature", "merge_gate_weight_norm"}
+    ids, mask = left_padded([random_ids(1, 64), random_ids(1, 9)])
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+    report = model.valuearch_diagnostics()["model.layers.1.self_attn.sequence_mixer"]
+    assert report["state_slots"] == [15, 4] and report["window_tokens"] == [8, 5] and report["tokens_in_state"] == [56, 4]
 
 
 def test_save_and_load_with_remote_code(tmp_path):
