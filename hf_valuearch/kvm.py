@@ -92,7 +92,6 @@ class KVMMixer(nn.Module):
         self.readout_radius = config.kvm_readout_radius
         self.gate_appends = config.kvm_merge_gate_appends
         self.zeroed_dims = config.rotary_dim if config.kvm_zero_state_rope else 0  # RoPE'd dims, first of each head
-        self.num_heads = config.num_attention_heads
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
         self.scaling = config.head_dim**-0.5
 
