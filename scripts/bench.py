@@ -71,7 +71,10 @@ KVM_BENCH_VARIANTS = {
 
 @suite("kvm_prefill")
 def kvm_prefill(args):
-    """Prefill wall time (no cache, no gradients) of KVM vs full attention for T = 1k .. 16k tokens."""
+    """Prefill wall time (no cache, no gradients) of KVM vs full attention for T = 1k .. 16k tokens.
+
+    On a shared machine use --threads 1: with 2 threads every op waits for a descheduled worker thread.
+    """
     models = _kvm_bench_models(**KVM_BENCH_VARIANTS)
     print(f"threads={torch.get_num_threads()}  ratio = KVM time / full-attention time (< 1: KVM faster)")
     for length in (1024, 2048, 4096, 8192, 16384):

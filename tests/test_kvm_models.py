@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,23 +12,19 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from hf_valuearch import MODEL_TYPES, ValueArchConfig, ValueArchForCausalLM
 from hf_valuearch.compat import output_cache
+from hf_valuearch.conversion import convert_checkpoint
 from hf_valuearch.kvm_conversion import llama_to_kvm
+from hf_valuearch.training import load_config
 from tests.common import TINY, random_ids, tiny_model
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "kvm"
 
 
-def load_config_file(path: Path):
-    """A config JSON of configs/kvm: `model_type` picks the class; keys starting with "_" are comments."""
-    fields = {key: value for key, value in json.loads(path.read_text()).items() if not key.startswith("_")}
-    return MODEL_TYPES[fields.pop("model_type")][0](**fields)
-
-
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda p: p.stem)
 def test_paper_config_files_load(path):
-    config = load_config_file(path)
+    config = load_config(str(path))
     assert config.head_dim == 128 and config.rotary_dim == 64 and config.kvm_chunk_size == 256
-    tiny = load_config_file(CONFIG_DIR / "tiny" / path.name)
+    tiny = load_config(str(CONFIG_DIR / "tiny" / path.name))
     for field in ("kvm_state_schedule", "kvm_head_temperatures", "kvm_merge_gate", "kvm_merge_gate_appends",
                   "kvm_sink_slots", "kvm_readout_radius", "kvm_zero_state_rope"):
         assert getattr(tiny, field) == getattr(config, field)
@@ -41,7 +33,7 @@ def test_paper_config_files_load(path):
 
 @pytest.mark.parametrize("path", sorted((CONFIG_DIR / "tiny").glob("*.json")), ids=lambda p: p.stem)
 def test_tiny_config_files_build_and_decode_like_prefill(path):
-    config = load_config_file(path)
+    config = load_config(str(path))
     torch.manual_seed(0)
     model = MODEL_TYPES[config.model_type][2](config).eval()
     mixer = next(layer.self_attn.sequence_mixer for layer in model.model.layers if layer.self_attn.sequence_mixer)
@@ -125,29 +117,27 @@ def test_diagnostics_report_temperatures_gates_and_state():
     assert report["state_slots"] == [15, 4] and report["window_tokens"] == [8, 5] and report["tokens_in_state"] == [56, 4]
 
 
-def test_save_and_load_with_remote_code(tmp_path):
+def test_save_and_load(tmp_path):  # loading through remote code: tests/test_remote_code.py (every model type)
     model = tiny_model("kvm", kvm_chunk_size=4, kvm_state_min_slots=4)
     model.save_pretrained(tmp_path)
-    assert (tmp_path / "kvm.py").exists()
+    assert (tmp_path / "kvm.py").exists()  # carried for trust_remote_code
     ids = random_ids(1, 24)
     with torch.no_grad():
-        expected = model(ids).logits
-        torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(tmp_path)(ids).logits, expected)
-    torch.save(ids, tmp_path / "ids.pt")
-    torch.save(expected, tmp_path / "expected.pt")
-    script = textwrap.dedent(f"""
-        import sys, torch
-        sys.path = [p for p in sys.path if p not in ("", ".")]
-        from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        logits = model(torch.load({str(tmp_path / "ids.pt")!r})).logits
-        torch.testing.assert_close(logits, torch.load({str(tmp_path / "expected.pt")!r}))
-        print("ok")
-    """)
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                            env={"HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"})
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+        torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(tmp_path)(ids).logits, model(ids).logits)
+
+
+def test_convert_script_turns_a_llama_checkpoint_into_kvm(tmp_path, caplog):
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(**TINY)).eval()
+    llama.save_pretrained(tmp_path / "llama")
+    with caplog.at_level(logging.WARNING):
+        convert_checkpoint(tmp_path / "llama", tmp_path / "kvm", "kvm")  # scripts/convert.py --to kvm
+    assert "needs continued training" in caplog.text
+    converted = AutoModelForCausalLM.from_pretrained(tmp_path / "kvm").eval()
+    assert converted.config.model_type == "kvm" and converted.config.kvm_window_chunks * converted.config.kvm_chunk_size == 512
+    ids = random_ids(2, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(ids).logits, llama(ids).logits, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("source_class", ["llama", "valuearch"])
