@@ -7,12 +7,30 @@ and marks the classes for remote code, so `save_pretrained` writes the modeling 
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .configuration_valuearch import KvmConfig, ValueArchConfig
-from .modeling_valuearch import KvmForCausalLM, KvmModel, ValueArchForCausalLM, ValueArchModel, ValueArchPreTrainedModel
+from .configuration_valuearch import BovConfig, KvmConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
+from .modeling_valuearch import (
+    BovForCausalLM,
+    BovModel,
+    KvmForCausalLM,
+    KvmModel,
+    ResFormerForCausalLM,
+    ResFormerModel,
+    SatFormerForCausalLM,
+    SatFormerModel,
+    ValueArchForCausalLM,
+    ValueArchModel,
+    ValueArchPreTrainedModel,
+)
+from .value_paths import force_v1_gates, place_value_tables
 
 # model_type -> (config class, base model class, causal-LM class); one entry per named architecture.
 MODEL_TYPES = {
     ValueArchConfig.model_type: (ValueArchConfig, ValueArchModel, ValueArchForCausalLM),
+    # value paths (value_paths.py)
+    BovConfig.model_type: (BovConfig, BovModel, BovForCausalLM),
+    ResFormerConfig.model_type: (ResFormerConfig, ResFormerModel, ResFormerForCausalLM),
+    SatFormerConfig.model_type: (SatFormerConfig, SatFormerModel, SatFormerForCausalLM),
+    # sequence mixers (kvm.py)
     KvmConfig.model_type: (KvmConfig, KvmModel, KvmForCausalLM),
 }
 
@@ -24,4 +42,9 @@ for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
     _model_class.register_for_auto_class("AutoModel")
     _lm_class.register_for_auto_class("AutoModelForCausalLM")
 
-__all__ = ["MODEL_TYPES", "KvmConfig", "KvmModel", "KvmForCausalLM", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel"]
+__all__ = [
+    "MODEL_TYPES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel",
+    "BovConfig", "BovModel", "BovForCausalLM", "ResFormerConfig", "ResFormerModel", "ResFormerForCausalLM",
+    "SatFormerConfig", "SatFormerModel", "SatFormerForCausalLM", "force_v1_gates", "place_value_tables",
+    "KvmConfig", "KvmModel", "KvmForCausalLM",
+]

@@ -1,18 +1,47 @@
-"""Generation cache: one cache layer per decoder layer, chosen by that layer's sequence mixer."""
+"""Generation cache: one cache layer per decoder layer, chosen by that layer's sequence mixer and value path."""
 
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
 
+from .value_paths import caches_token_ids
+
+
+class TokenIdsInValueSlot:
+    """Mixin for the cache of a table layer (BoV): keys [B, H_kv, T, D] and token ids [B, 1, T, 1], no values.
+
+    The ids sit in the value slot, so growing, cropping, reordering and batch selection work as for K/V; the
+    layer's value path gathers gamma * E_V[ids] for all positions at each step (BoV v-cache elimination).
+    """
+
+    def lazy_initialization(self, key_states: torch.Tensor, token_ids: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, token_ids)
+        self.values = torch.tensor([], dtype=token_ids.dtype, device=self.device)  # 5.23 used the keys' dtype
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        """[B, T] ids of the cached positions."""
+        return self.values[:, 0, :, 0]
+
+
+class KeysAndTokenIdsLayer(TokenIdsInValueSlot, DynamicLayer):
+    """Keys and token ids of every position."""
+
+
+class SlidingKeysAndTokenIdsLayer(TokenIdsInValueSlot, DynamicSlidingWindowLayer):
+    """Keys and token ids of the last `sliding_window - 1` positions (plus the current ones during a step)."""
+
 
 def cache_layer_for(config, layer_idx: int):
     """The cache layer that decoder layer `layer_idx` writes to."""
-    mixer = config.mixer_types[layer_idx]
-    if mixer == "sliding_attention":
-        return DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
-    if mixer == "kvm":
+    if config.mixer_types[layer_idx] == "kvm":  # window buffers and state, whatever the value path
         return KVMCacheLayer()
+    sliding = config.mixer_types[layer_idx] == "sliding_attention"
+    if caches_token_ids(config, layer_idx):
+        return SlidingKeysAndTokenIdsLayer(config.sliding_window) if sliding else KeysAndTokenIdsLayer()
+    if sliding:
+        return DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
     return DynamicLayer()
 
 
@@ -69,7 +98,7 @@ class KVMCacheLayer(CacheLayerMixin):
 
 
 class ValueArchCache(Cache):
-    """A `transformers.Cache` with a per-layer cache class (full K/V, sliding-window K/V, ...).
+    """A `transformers.Cache` with a per-layer cache class (full K/V, sliding-window K/V, keys + token ids, ...).
 
     `generate` does not build transformers' `DynamicCache` for these models (see
     `ValueArchPreTrainedModel._supports_default_dynamic_cache`); the model builds this one on the first

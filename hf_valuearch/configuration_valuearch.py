@@ -13,10 +13,15 @@ Every invalid field raises ``ValueError`` naming the field, the value and what i
 
 from __future__ import annotations
 
+import math
+
 from transformers.configuration_utils import PreTrainedConfig
 
 # --- allowed values of each axis ------------------------------------------------------------------
-VALUE_SOURCES = ("residual",)
+VALUE_SOURCES = ("residual", "table", "x0", "v1")
+VALUE_MIXES = ("substitute", "add", "relu_gate")
+VALUE_COEFFICIENTS = ("fixed", "learnable")
+VALUE_LAYER_SETS = ("all", "every_other", "last_third")
 DEPTH_ROUTINGS = ("standard",)
 MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
@@ -60,7 +65,18 @@ class ValueArchConfig(PreTrainedConfig):
             (the first ones); the rest carry no position (KVM: 0.5).
 
     Axes:
-        value_source: where attention values come from ("residual" = `h W_V`).
+        value_source: where attention values come from at the layers in `value_layers` (spec_value_paths.md):
+            "residual" (`V = h W_V`), "table" (a per-layer token-id table `E_V`, BoV), "x0" (`RMSNorm(e) W_V`
+            with the layer's own W_V), "v1" (layer 0's values V1).
+        value_mix: "substitute" (`gamma * V~`), "add" (`alpha * V + beta * V~`) or "relu_gate"
+            (`V + ReLU(h W_alpha) * V1`, SATFormer; only with value_source="v1").
+        value_coefficients: "fixed" or "learnable" (unbounded scalars per layer: gamma, or alpha and beta).
+        value_coefficient_init: initial (or fixed) coefficients: [gamma] for "substitute", [alpha, beta] for
+            "add"; None = [1.0] / [0.5, 0.5]. Must stay None for "relu_gate".
+        value_layers: which layers use the value path: "all", "every_other" (nanochat `has_ve`: the layers
+            with the last layer's parity), "last_third" (`layer_idx >= 2 * L // 3`) or an explicit list of
+            layer indices; None (only with value_source="residual") is the standard transformer. Layer 0
+            never reads V1 (it produces it).
         depth_routing: how sublayers read depth ("standard" residual stream).
         mixer_types: per layer, "full_attention", "sliding_attention" (window `sliding_window`) or "kvm"
             (Key-Value Means, fields `kvm_*`, see `kvm.py`).
@@ -105,6 +121,10 @@ class ValueArchConfig(PreTrainedConfig):
     final_logit_softcapping: float | None = None
     # --- axis 1: value path ---
     value_source: str = "residual"
+    value_mix: str = "substitute"
+    value_coefficients: str = "fixed"
+    value_coefficient_init: list[float] | None = None
+    value_layers: str | list[int] | None = None
     # --- axis 2: depth routing ---
     depth_routing: str = "standard"
     # --- axis 3: sequence mixer ---
@@ -175,7 +195,7 @@ class ValueArchConfig(PreTrainedConfig):
         if self.pad_token_id is not None and not (0 <= self.pad_token_id < self.vocab_size):
             _fail("pad_token_id", self.pad_token_id, f"expected None or an id in [0, {self.vocab_size})")
 
-        _check_choice("value_source", self.value_source, VALUE_SOURCES)
+        self.validate_value_path()
         _check_choice("depth_routing", self.depth_routing, DEPTH_ROUTINGS)
 
         if not isinstance(self.mixer_types, (list, tuple)) or len(self.mixer_types) != self.num_hidden_layers:
@@ -242,5 +262,130 @@ class KvmConfig(ValueArchConfig):
     partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
     qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
 
+    def validate_value_path(self):
+        """Axis 1: the value-path fields and their combinations (spec_value_paths.md)."""
+        _check_choice("value_source", self.value_source, VALUE_SOURCES)
+        _check_choice("value_mix", self.value_mix, VALUE_MIXES)
+        _check_choice("value_coefficients", self.value_coefficients, VALUE_COEFFICIENTS)
+        if self.value_layers is None:
+            if self.value_source != "residual":
+                _fail("value_layers", None, f"value_source={self.value_source!r} needs a layer set: "
+                      f"one of {list(VALUE_LAYER_SETS)} or a list of layer indices")
+            for field, default in (("value_mix", "substitute"), ("value_coefficients", "fixed"),
+                                   ("value_coefficient_init", None)):
+                if getattr(self, field) != default:
+                    _fail(field, getattr(self, field), "the standard value path (value_source='residual', "
+                          f"value_layers=None) has no mixing; leave it at {default!r} or set value_layers")
+            return
+        if isinstance(self.value_layers, str):
+            _check_choice("value_layers", self.value_layers, VALUE_LAYER_SETS)
+        else:
+            layers = self.value_layers
+            if (not isinstance(layers, (list, tuple)) or not layers
+                    or any(isinstance(i, bool) or not isinstance(i, int) for i in layers)
+                    or len(set(layers)) != len(layers)
+                    or not all(0 <= i < self.num_hidden_layers for i in layers)):
+                _fail("value_layers", layers, f"expected one of {list(VALUE_LAYER_SETS)} or a non-empty list of "
+                      f"distinct layer indices in [0, {self.num_hidden_layers})")
+            self.value_layers = sorted(layers)
+            if self.value_source == "v1" and 0 in layers:
+                _fail("value_layers", layers, "layer 0 produces V1 and cannot read it; use indices >= 1")
+        if not self.value_layer_indices:
+            _fail("value_layers", self.value_layers,
+                  f"selects no layer for value_source={self.value_source!r} with {self.num_hidden_layers} layers")
+        if self.value_source == "residual":
+            if self.value_mix != "substitute" or self.value_coefficients != "learnable":
+                _fail("value_mix" if self.value_mix != "substitute" else "value_coefficients",
+                      self.value_mix if self.value_mix != "substitute" else self.value_coefficients,
+                      "value_source='residual' on value_layers only means a learnable scale gamma * V "
+                      "(BoV Table 1 row 2): value_mix='substitute' with value_coefficients='learnable'")
+        if self.value_mix == "relu_gate":
+            if self.value_source != "v1":
+                _fail("value_mix", "relu_gate", "the SATFormer gate mixes V1 only; needs value_source='v1'")
+            if self.value_coefficients != "learnable":
+                _fail("value_coefficients", self.value_coefficients,
+                      "value_mix='relu_gate' is a learned gate; use 'learnable'")
+            if self.value_coefficient_init is not None:
+                _fail("value_coefficient_init", self.value_coefficient_init,
+                      "value_mix='relu_gate' has no scalar coefficients (its gate W_alpha is a linear layer); use None")
+            return
+        count = 1 if self.value_mix == "substitute" else 2
+        init = self.value_coefficient_init
+        if init is not None and (
+            not isinstance(init, (list, tuple)) or len(init) != count
+            or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in init)
+        ):
+            _fail("value_coefficient_init", init, f"value_mix={self.value_mix!r} takes None or {count} finite "
+                  f"number(s): {'[gamma]' if count == 1 else '[alpha, beta]'}")
+        if init is not None:
+            self.value_coefficient_init = [float(c) for c in init]
 
-__all__ = ["ValueArchConfig", "KvmConfig"]
+    @property
+    def value_layer_indices(self) -> list[int]:
+        """The layers whose values come from the value path (empty for the standard transformer)."""
+        layers, n = self.value_layers, self.num_hidden_layers
+        if layers is None:
+            return []
+        if layers == "all":
+            indices = list(range(n))
+        elif layers == "every_other":  # nanochat has_ve: the last layer is always included
+            indices = [i for i in range(n) if i % 2 == (n - 1) % 2]
+        elif layers == "last_third":  # BoV: layer_idx >= 2 * n_layer // 3
+            indices = list(range(2 * n // 3, n))
+        else:
+            indices = list(layers)
+        return [i for i in indices if not (self.value_source == "v1" and i == 0)]
+
+    @property
+    def value_coefficient_values(self) -> list[float]:
+        """The initial (or fixed) coefficients: [gamma] for "substitute", [alpha, beta] for "add"."""
+        if self.value_coefficient_init is not None:
+            return list(self.value_coefficient_init)
+        return [1.0] if self.value_mix == "substitute" else [0.5, 0.5]
+
+
+# --- value paths: Bank of Values, ResFormer, SATFormer (spec_value_paths.md) -----------------------------
+
+
+class BovConfig(ValueArchConfig):
+    """Bank of Values (He et al., arXiv:2606.02780): the last third of the layers take their values from a
+    per-layer token-id table, v = gamma * E_V[token_id], with E_V aligned at init to W_V RMSNorm(e)."""
+
+    model_type = "bov"
+    value_source: str = "table"  # BoV §4: V replaced by a table lookup E_V[i_p]
+    value_mix: str = "substitute"  # BoV §4: "replaced"; registry gpt_base_v_from_value_emb_learn
+    value_coefficients: str = "learnable"  # BoV §4: gamma_v learnable, unbounded (learn_init_coeffs=True)
+    value_coefficient_init: list[float] | None = None  # -> [1.0]: BoV §4, gamma_v initialised to 1.0
+    value_layers: str | list[int] | None = "last_third"  # BoV §4: layer_idx >= (2 * n_layer) // 3
+
+
+class ResFormerConfig(ValueArchConfig):
+    """ResFormer (Zhou et al., arXiv:2410.17897): V_n' = lambda_1 V_1 + lambda_2 V_n in every layer n >= 2
+    (layer_idx >= 1), in the released identity form lambda_1 = lambda_2 = 0.5 (here: alpha = lambda_2, beta =
+    lambda_1). The learnable form is value_coefficients="learnable"."""
+
+    model_type = "resformer"
+    value_source: str = "v1"  # ResFormer Eq. 5: V_1 = H_0 W_V^1
+    value_mix: str = "add"  # ResFormer Eq. 5: lambda_1 V_1 + lambda_2 V_n
+    value_coefficients: str = "fixed"  # Value-Residual-Learning modeling_llama_resformer.py: constant 0.5 / 0.5
+    value_coefficient_init: list[float] | None = None  # -> [0.5, 0.5]: same file, `0.5*v1 + 0.5*v`
+    value_layers: str | list[int] | None = "all"  # same file: every layer after layer 0
+
+
+class SatFormerConfig(ValueArchConfig):
+    """SATFormer (Gunasekaran et al., arXiv:2605.03953): V' = V + ReLU(h W_alpha) V1 in every layer >= 1, one
+    gate per token and KV head."""
+
+    model_type = "satformer"
+    value_source: str = "v1"  # SATFormer Eq. 3: V1 = layer 0's raw v_proj output
+    value_mix: str = "relu_gate"  # SATFormer Eq. 3, ValueResidualMixing(gate="relu"), the default gate
+    value_coefficients: str = "learnable"  # W_alpha = Linear(hidden, num_kv_heads, bias=False), trained
+    value_layers: str | list[int] | None = "all"  # SATFormer repo default: every layer > 0 (value_residual_last_k unset)
+    qk_norm: str = "rmsnorm"  # SATFormer configs: qk_norm=True (fla RMSNorm)
+    tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
+
+
+
+
+
+__all__ = ["ValueArchConfig", "BovConfig", "ResFormerConfig", "SatFormerConfig", "KvmConfig"]

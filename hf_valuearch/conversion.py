@@ -18,6 +18,7 @@ from . import MODEL_TYPES
 from .configuration_valuearch import ValueArchConfig
 from .kvm_conversion import llama_to_kvm
 from .modeling_valuearch import ValueArchForCausalLM
+from .value_path_conversion import to_bov, to_resformer, to_satformer
 
 # LlamaConfig fields that carry over unchanged (same name, same meaning).
 LLAMA_FIELDS = (
@@ -69,6 +70,11 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
 CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
     "valuearch": lambda model: model,
     "llama": valuearch_to_llama,
+    # value paths (value_path_conversion.py)
+    "bov": to_bov,
+    "resformer": to_resformer,
+    "satformer": to_satformer,
+    # sequence mixers (kvm_conversion.py)
     "kvm": llama_to_kvm,
 }
 

@@ -8,6 +8,11 @@ from pathlib import Path
 # model_type -> the papers a card cites. Architectures add theirs.
 PAPERS: dict[str, list[str]] = {
     "valuearch": ["the standard pre-norm decoder of Llama (arXiv:2302.13971), as a baseline"],
+    # value paths
+    "bov": ["Bank of Values: per-layer token-id value tables in the last third of the layers (arXiv:2606.02780)"],
+    "resformer": ["ResFormer value residual learning, V' = lambda_1 V_1 + lambda_2 V (arXiv:2410.17897)"],
+    "satformer": ["SATFormer selective access to early representations, V' = V + ReLU(h W_alpha) V_1 "
+                  "(arXiv:2605.03953)"],
 }
 
 
@@ -33,6 +38,8 @@ def model_card(model, metrics: dict | None = None) -> str:
         f"| layers x width | {config.num_hidden_layers} x {config.hidden_size} |",
         f"| heads / KV heads / head dim | {config.num_attention_heads} / {config.num_key_value_heads} / {config.head_dim} |",
         f"| value source | {config.value_source} |",
+        f"| value path | mix {config.value_mix}, {config.value_coefficients} coefficients, layers "
+        f"{config.value_layer_indices or 'none'} |",
         f"| depth routing | {config.depth_routing} |",
         f"| sequence mixers | {', '.join(mixers)} |",
         f"| vocabulary | {config.vocab_size} |",

@@ -4,7 +4,9 @@ With default settings this is numerically the same model as transformers' `Llama
 (the same parameter names and shapes, so checkpoints convert by renaming the config only).
 The axes plug in at three places:
 
-* value path: `ValueArchAttention.value_path` turns `V = h W_V` into the values attention uses;
+* value path: `ValueArchAttention.value_path` computes the values attention uses (from `h W_V`, a token table,
+  x0 W_V or V1; see value_paths.py) and decides what the cache keeps; `ValueArchModel.forward` threads the
+  per-forward `ValueContext` (token ids, x0, V1) through the layers as the `value_context` keyword;
 * depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
 * sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer; mixers in
   `SEQUENCE_MIXERS` (KVM) replace the attention interface and read/write their own cache layer.
@@ -32,10 +34,16 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .cache_valuearch import ValueArchCache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
-from .configuration_valuearch import KvmConfig, ValueArchConfig
+from .configuration_valuearch import BovConfig, KvmConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
 from .kvm import KVMMixer, kvm_padding_mask
-from .value_paths import build_value_path
+from .value_paths import (
+    ResidualValues,
+    ValueContext,
+    align_value_tables,
+    build_value_context,
+    build_value_path,
+)
 
 
 class ValueArchRMSNorm(nn.Module):
@@ -194,6 +202,7 @@ class ValueArchAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         value_hidden_states: torch.Tensor | None = None,  # [B, T, D]: input of W_V when it differs (RD-AttnRes)
+        value_context: ValueContext | None = None,  # per-forward token ids / x0 / V1 (value_paths.py)
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
@@ -204,7 +213,7 @@ class ValueArchAttention(nn.Module):
         if self.q_norm is not None:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         value_input = hidden_states if value_hidden_states is None else value_hidden_states
-        value_states = self.value_path(self.v_proj(value_input).view(hidden_shape))  # [B, T, H_kv, D]
+        value_states = self.value_path(value_input, self.v_proj, value_context)  # [B, T, H_kv, D]
 
         query_states, key_states, value_states = (x.transpose(1, 2) for x in (query_states, key_states, value_states))
         cos, sin = position_embeddings
@@ -216,7 +225,9 @@ class ValueArchAttention(nn.Module):
             return self.o_proj(attn_output.reshape(*input_shape, -1).contiguous()), None
 
         if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+            key_states, value_states = self.value_path.update_cache(
+                cache, self.layer_idx, key_states, value_states, value_context
+            )
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -287,6 +298,13 @@ class ValueArchPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if hasattr(module, "init_valuearch_weights"):  # mechanism parameters transformers does not know
             module.init_valuearch_weights(init)
+        if isinstance(module, ResidualValues):  # value-path scalars (gamma, alpha, beta) of their config
+            module.init_weights()
+
+    def initialize_weights(self):
+        """Initialise as transformers does, then align the BoV value tables that were not loaded."""
+        super().initialize_weights()
+        align_value_tables(self if isinstance(self, ValueArchModel) else self.model)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -367,6 +385,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
         masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
 
+        value_context = build_value_context(self, input_ids, inputs_embeds)
         stream = self.readout.start(inputs_embeds)
         for layer in self.layers:
             stream = layer(
@@ -374,6 +393,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
                 attention_mask=masks[layer.self_attn.mixer_type],
                 position_embeddings=position_embeddings,
                 cache=cache,
+                value_context=value_context,
                 **kwargs,
             )
         hidden_states = self.norm(self.readout.finish(stream))
@@ -437,6 +457,36 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
         )
 
 
+# --- value paths: Bank of Values, ResFormer, SATFormer (value_paths.py) -----------------------------------
+
+
+class BovModel(ValueArchModel):
+    config_class = BovConfig
+
+
+class BovForCausalLM(ValueArchForCausalLM):
+    config_class = BovConfig
+    base_model_class = BovModel
+
+
+class ResFormerModel(ValueArchModel):
+    config_class = ResFormerConfig
+
+
+class ResFormerForCausalLM(ValueArchForCausalLM):
+    config_class = ResFormerConfig
+    base_model_class = ResFormerModel
+
+
+class SatFormerModel(ValueArchModel):
+    config_class = SatFormerConfig
+
+
+class SatFormerForCausalLM(ValueArchForCausalLM):
+    config_class = SatFormerConfig
+    base_model_class = SatFormerModel
+
+
 # ==================================================================================================
 # KVM: Key-Value Means (kvm.py)
 # ==================================================================================================
@@ -451,4 +501,8 @@ class KvmForCausalLM(ValueArchForCausalLM):
     base_model_class = KvmModel
 
 
-__all__ = ["ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM", "KvmModel", "KvmForCausalLM"]
+__all__ = [
+    "ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM",
+    "BovModel", "BovForCausalLM", "ResFormerModel", "ResFormerForCausalLM", "SatFormerModel", "SatFormerForCausalLM",
+    "KvmModel", "KvmForCausalLM",
+]

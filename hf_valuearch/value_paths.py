@@ -1,24 +1,274 @@
 """Axis 1, value paths: where a layer's attention values come from and how they are mixed.
 
-A value path turns the layer's own residual-stream values `V = h W_V` (computed by the attention
-module only when the path reads them) into the values the attention uses.
+Sources of the extra values V~ (spec_value_paths.md; BoV = arXiv:2606.02780, ResFormer = arXiv:2410.17897,
+SATFormer = arXiv:2605.03953):
+
+* "table": V~ = E_V[token_id], one |V| x kv_dim table per layer (BoV Eq. 4);
+* "x0":    V~ = RMSNorm(e) W_V with the layer's own W_V (BoV Table 1, "x0 W_V");
+* "v1":    V~ = V1, layer 0's raw values h_0 W_V^1 (ResFormer / SVFormer);
+* "residual": V~ = V itself (BoV Table 1 row 2, a learnable scale gamma * V).
+
+Mixing rules, with V = h W_V the layer's own values:
+
+* "substitute": V' = gamma * V~ (V is not computed: W_V's forward is skipped, its weight stays in the state dict);
+* "add":        V' = alpha * V + beta * V~ (ResFormer: alpha = lambda_2, beta = lambda_1);
+* "relu_gate":  V' = V + ReLU(h W_alpha) * V1, one gate per token and KV head (SATFormer Eq. 3).
+
+A layer's value path is called by `ValueArchAttention` as `value_path(value_input, v_proj, value_context)`
+and, when a generation cache is given, `value_path.update_cache(...)` decides what is cached: table layers
+cache the token ids instead of values and gather `gamma * E_V[ids]` for all positions at every step.
+
+Diagnostics: every value-path module with parameters or gates has `diagnostics() -> dict` (coefficients, gate
+statistics of the last forward), collected by `model.valuearch_diagnostics()`; `force_v1_gates(model, "zero" | "mean")` is the gate intervention of the SATFormer analysis.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+
 import torch
 from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+
+
+def token_x0(embeddings: torch.Tensor, eps: float) -> torch.Tensor:
+    """x0 = RMSNorm(e), parameter-free, computed in float32 (BoV: `x0 = norm(wte(idx))`). [..., D] -> same."""
+    x = embeddings.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(embeddings.dtype)
+
+
+@dataclass
+class ValueContext:
+    """Per-forward inputs of the value paths, threaded from the model through every decoder layer.
+
+    token_ids: [B, T] ids of the tokens of this forward (table layers).
+    x0: [B, T, D] = RMSNorm(embeddings), computed once per forward when a layer reads it.
+    v1: [B, T, H_kv, D_head], written by layer 0 when a later layer reads V1.
+    """
+
+    token_ids: torch.Tensor | None = None
+    x0: torch.Tensor | None = None
+    v1: torch.Tensor | None = None
+
+
+def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> ValueContext:
+    """The context of one forward of `model` (a `ValueArchModel`); checks that table layers get token ids that
+    lie inside their tables."""
+    config = model.config
+    if config.value_source == "table":
+        value_table_rows = min(m.value_table.num_embeddings for m in model.modules()
+                               if isinstance(m, MixedValues) and m.source == "table")
+        if input_ids is None:
+            raise ValueError(
+                f"value_source='table' (layers {config.value_layer_indices}) looks values up by token id: call the "
+                "model with input_ids, not inputs_embeds alone."
+            )
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= value_table_rows):
+            raise ValueError(
+                f"input_ids must index the value tables, which have {value_table_rows} rows; got values in "
+                f"[{int(input_ids.min())}, {int(input_ids.max())}]."
+            )
+    x0 = token_x0(inputs_embeds, config.rms_norm_eps) if config.value_source == "x0" else None
+    return ValueContext(token_ids=input_ids, x0=x0)
+
+
+def caches_token_ids(config, layer_idx: int) -> bool:
+    """Whether layer `layer_idx` keeps keys and token ids, but no values, in the generation cache."""
+    return (config.value_source == "table" and config.value_mix == "substitute"
+            and layer_idx in config.value_layer_indices)
 
 
 class ResidualValues(nn.Module):
     """Standard attention values, V = h W_V (Vaswani et al., 2017)."""
 
-    reads_residual_values = True
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.head_dim = config.head_dim
 
-    def forward(self, residual_values: torch.Tensor) -> torch.Tensor:  # [B, T, H_kv, D] -> same
+    def residual_values(self, value_input: torch.Tensor, v_proj: nn.Module) -> torch.Tensor:
+        """V = h W_V: [B, T, D] -> [B, T, H_kv, D_head]."""
+        return v_proj(value_input).view(*value_input.shape[:-1], -1, self.head_dim)
+
+    def forward(self, value_input: torch.Tensor, v_proj: nn.Module, value_context: ValueContext | None = None):
+        return self.residual_values(value_input, v_proj)
+
+    def update_cache(self, cache, layer_idx: int, key_states, value_states, value_context):
+        """Write this step's keys and values ([B, H_kv, T, D_head]); return those of all cached positions."""
+        return cache.update(key_states, value_states, layer_idx)
+
+    def init_weights(self):
+        """(Re)initialise this path's own parameters (called from `_init_weights`)."""
+
+
+class FirstLayerValues(ResidualValues):
+    """Layer 0 when later layers read V1: standard values, also handed on as V1 = h_0 W_V^1 (before any mixing)."""
+
+    def forward(self, value_input, v_proj, value_context=None):
+        values = self.residual_values(value_input, v_proj)
+        value_context.v1 = values
+        return values
+
+
+class MixedValues(ResidualValues):
+    """V' = gamma * V~ ("substitute") or alpha * V + beta * V~ ("add"), V~ from `config.value_source`.
+
+    Coefficients are unbounded scalars, learnable (`nn.Parameter`: value_scale = gamma, residual_scale = alpha,
+    source_scale = beta) or fixed floats; their initial values come from `config.value_coefficient_values`
+    (BoV: gamma = 1; BoV `learn_init_coeffs`: alpha = 1, beta = 0; ResFormer identity: 0.5 / 0.5).
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.source = config.value_source
+        self.mix = config.value_mix
+        self.learnable = config.value_coefficients == "learnable"
+        self.coefficient_init = config.value_coefficient_values
+        names = ("value_scale",) if self.mix == "substitute" else ("residual_scale", "source_scale")
+        for name, value in zip(names, self.coefficient_init):
+            if self.learnable:
+                setattr(self, name, nn.Parameter(torch.tensor(float(value))))
+            else:
+                setattr(self, name, float(value))
+        self.coefficient_names = names
+        if self.source == "table":
+            kv_dim = config.num_key_value_heads * config.head_dim
+            self.value_table = nn.Embedding(config.vocab_size, kv_dim)  # E_V: [|V|, H_kv * D_head]
+
+    def init_weights(self):
+        if self.learnable:
+            for name, value in zip(self.coefficient_names, self.coefficient_init):
+                init.constant_(getattr(self, name), value)
+
+    def table_values(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """E_V[ids]: [B, T] -> [B, T, H_kv, D_head], gathered on the table's device; only these rows move."""
+        table_device = self.value_table.weight.device
+        rows = self.value_table(token_ids.to(table_device))
+        return rows.to(token_ids.device).view(*token_ids.shape, -1, self.head_dim)
+
+    def source_values(self, value_input, v_proj, value_context, residual_values):
+        """V~: [B, T, H_kv, D_head]."""
+        if self.source == "table":
+            return self.table_values(value_context.token_ids)
+        if self.source == "x0":
+            return self.residual_values(value_context.x0, v_proj)
+        if self.source == "v1":
+            return value_context.v1
         return residual_values
+
+    def mixed(self, residual_values, source_values):
+        if self.mix == "substitute":
+            return self.value_scale * source_values
+        return self.residual_scale * residual_values + self.source_scale * source_values
+
+    def forward(self, value_input, v_proj, value_context=None):
+        reads_residual = self.mix == "add" or self.source == "residual"
+        residual_values = self.residual_values(value_input, v_proj) if reads_residual else None
+        source_values = self.source_values(value_input, v_proj, value_context, residual_values)
+        return self.mixed(residual_values, source_values.to(value_input.dtype))
+
+    def update_cache(self, cache, layer_idx, key_states, value_states, value_context):
+        if not (self.source == "table" and self.mix == "substitute"):
+            return cache.update(key_states, value_states, layer_idx)
+        # Keys as usual; the value slot holds the token ids [B, 1, T, 1] (see cache_valuearch.KeysAndTokenIdsLayer)
+        key_states, token_ids = cache.update(key_states, value_context.token_ids[:, None, :, None], layer_idx)
+        values = self.mixed(None, self.table_values(token_ids[:, 0, :, 0]).to(key_states.dtype))
+        return key_states, values.transpose(1, 2)
+
+    def diagnostics(self) -> dict:
+        """The coefficients of this layer: {"value_scale": gamma} or {"residual_scale": alpha, "source_scale": beta}."""
+        return {name: float(torch.as_tensor(getattr(self, name)).detach()) for name in self.coefficient_names}
+
+
+class GatedV1Values(ResidualValues):
+    """SATFormer: V' = V + ReLU(h W_alpha) * V1 (arXiv:2605.03953 Eq. 3), alpha: [B, T, H_kv].
+
+    `v1_gate` is W_alpha = Linear(hidden, H_kv, bias=False), initialised N(0, initializer_range) like every
+    linear layer (SATFormer `_init_weights`); h is the normed block input (the input of W_V).
+    Each forward records the gate mean and the fraction of exactly-zero gates per KV head (`diagnostics()`).
+    `gate_override` ([H_kv] or None) replaces the gate by a constant per head (`force_v1_gates`).
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.v1_gate = nn.Linear(config.hidden_size, config.num_key_value_heads, bias=False)
+        self.gate_override: torch.Tensor | None = None
+        self.last_gate_mean: torch.Tensor | None = None
+        self.last_gate_zero_fraction: torch.Tensor | None = None
+
+    def forward(self, value_input, v_proj, value_context=None):
+        values = self.residual_values(value_input, v_proj)
+        gate = F.relu(self.v1_gate(value_input))  # [B, T, H_kv]
+        with torch.no_grad():
+            self.last_gate_mean = gate.detach().float().mean(dim=(0, 1))
+            self.last_gate_zero_fraction = (gate.detach() == 0).float().mean(dim=(0, 1))
+        if self.gate_override is not None:
+            gate = self.gate_override.to(gate).expand_as(gate)
+        return values + gate.unsqueeze(-1) * value_context.v1.to(values.dtype)
+
+    def diagnostics(self) -> dict:
+        """Per KV head, over the tokens of the most recent forward: mean gate and fraction of gates exactly 0."""
+        if self.last_gate_mean is None:
+            return {}
+        return {"v1_gate_mean": self.last_gate_mean.cpu().tolist(),
+                "v1_gate_zero_fraction": self.last_gate_zero_fraction.cpu().tolist()}
 
 
 def build_value_path(config, layer_idx: int) -> nn.Module:
     """The value path of decoder layer `layer_idx`."""
-    return ResidualValues()
+    if layer_idx in config.value_layer_indices:
+        return GatedV1Values(config, layer_idx) if config.value_mix == "relu_gate" else MixedValues(config, layer_idx)
+    if layer_idx == 0 and config.value_source == "v1":
+        return FirstLayerValues(config, layer_idx)
+    return ResidualValues(config, layer_idx)
+
+
+def align_value_tables(model) -> None:
+    """BoV aligned init: E_V[t] = W_V RMSNorm(e[t]) with each table layer's own W_V (BoV `init_weights`).
+
+    `model` is a `ValueArchModel`; tables already loaded from a checkpoint are left as they are.
+    """
+    with torch.no_grad():
+        x0_table = token_x0(model.embed_tokens.weight, model.config.rms_norm_eps)  # [|V|, D]
+        for layer in model.layers:
+            value_path = layer.self_attn.value_path
+            if hasattr(value_path, "value_table"):
+                aligned = layer.self_attn.v_proj(x0_table.to(layer.self_attn.v_proj.weight))
+                init.copy_(value_path.value_table.weight, aligned.to(value_path.value_table.weight))
+
+
+def place_value_tables(model, device) -> None:
+    """Move every value table to `device` (e.g. "cpu" for host offload of a GPU model).
+
+    Afterwards each table layer gathers only the rows of the current tokens on the table's device and moves
+    those [B, T, kv_dim] rows to the compute device. Calling `model.to(...)` moves the tables back.
+    """
+    for module in model.modules():
+        if isinstance(module, MixedValues) and module.source == "table":
+            module.value_table.to(device)
+
+
+@contextlib.contextmanager
+def force_v1_gates(model, mode: str):
+    """Force every SATFormer gate alpha = ReLU(h W_alpha) to a constant while the context is open.
+
+    mode "zero": alpha = 0 (V' = V, the layer ignores V1); "mean": alpha = the per-KV-head mean gate recorded by
+    the most recent forward before entering (SATFormer's analysis of gate selectivity). The gate statistics
+    keep recording the unforced gates.
+    """
+    if mode not in ("zero", "mean"):
+        raise ValueError(f"force_v1_gates mode={mode!r} is invalid: allowed values are ['zero', 'mean'].")
+    gates = [m for m in model.modules() if isinstance(m, GatedV1Values)]
+    if not gates:
+        raise ValueError("force_v1_gates needs a model with SATFormer gates (value_mix='relu_gate').")
+    if mode == "mean" and any(m.last_gate_mean is None for m in gates):
+        raise ValueError("force_v1_gates(mode='mean') needs a forward pass first, to record the mean gates.")
+    for module in gates:
+        module.gate_override = (torch.zeros_like(module.v1_gate.weight[:, 0]) if mode == "zero"
+                                else module.last_gate_mean.clone())
+    try:
+        yield model
+    finally:
+        for module in gates:
+            module.gate_override = None

@@ -42,6 +42,50 @@ def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int 
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
+# --- value paths (spec_value_paths.md) --------------------------------------------------------------------
+
+
+@suite("value_paths")
+def bench_value_paths(args):
+    """Prefill and cached decode of each value-path preset against the standard decoder, same backbone."""
+    from hf_valuearch import MODEL_TYPES
+    from hf_valuearch.compat import output_cache
+
+    backbone = dict(vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
+                    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024)
+    variants = {"baseline": ("valuearch", {}), "bov": ("bov", {}), "resformer": ("resformer", {}),
+                "satformer": ("satformer", {"qk_norm": "none", "tie_word_embeddings": False}),
+                "x0_last_third": ("valuearch", {"value_source": "x0", "value_layers": "last_third",
+                                                "value_coefficients": "learnable"})}
+    models = {name: MODEL_TYPES[t][2](MODEL_TYPES[t][0](**backbone, **o)).eval() for name, (t, o) in variants.items()}
+    prompt = torch.randint(0, backbone["vocab_size"], (4, 256))
+
+    def prefill(model):
+        return lambda: model(prompt, use_cache=False)
+
+    def decode(model, steps=32):
+        def run():
+            cache = output_cache(model(prompt, use_cache=True))
+            token = prompt[:, -1:]
+            for _ in range(steps):
+                cache = output_cache(model(token, cache=cache, use_cache=True))
+        return run
+
+    with torch.no_grad():
+        for label, make in (("prefill B=4 T=256", prefill), ("prefill + 32 decode steps", decode)):
+            times = time_side_by_side({name: make(model) for name, model in models.items()}, repeats=args.repeats)
+            print(f"{label}: time ratio to baseline (median of {args.repeats})")
+            for name, seconds in times.items():
+                print(f"  {name:15s} {seconds / times['baseline']:.3f}")
+        cache_sizes = {}
+        for name, model in models.items():
+            cache = output_cache(model(prompt, use_cache=True))
+            cache_sizes[name] = sum(t.numel() * t.element_size() for l in cache.layers for t in (l.keys, l.values))
+        print("generation cache bytes after 256 tokens, ratio to baseline")
+        for name, size in cache_sizes.items():
+            print(f"  {name:15s} {size / cache_sizes['baseline']:.3f}")
+
+
 # ==================================================================================================
 # KVM: prefill time and decode speed vs full attention (spec_kvm.md A.4, A.9)
 # ==================================================================================================
