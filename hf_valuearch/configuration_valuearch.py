@@ -242,26 +242,6 @@ class ValueArchConfig(PreTrainedConfig):
                   "state keys empty; use partial rotary (rope_parameters['partial_rotary_factor'] < 1) or set "
                   "kvm_zero_state_rope=False")
 
-
-# ==================================================================================================
-# KVM: Key-Value Means (Goldstein & Cheah, arXiv:2605.09877; spec_kvm.md)
-# ==================================================================================================
-
-
-class KvmConfig(ValueArchConfig):
-    """Every layer is a KVM layer with a fixed 256-slot state (the paper's `kvm_wd.yaml`, spec_kvm.md A.4, A.7).
-
-    The other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7). From the paper's attention
-    block the preset takes what the mechanism depends on: per-head LayerNorm of q and k (`ln_q`, `ln_k`,
-    spec A.1) and partial RoPE over the first half of each head (`rope_partial_dim=64` of 128, spec A.1),
-    whose rotary half the state keys zero.
-    """
-
-    model_type = "kvm"
-    default_mixer_type = "kvm"
-    partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
-    qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
-
     def validate_value_path(self):
         """Axis 1: the value-path fields and their combinations (spec_value_paths.md)."""
         _check_choice("value_source", self.value_source, VALUE_SOURCES)
@@ -385,7 +365,24 @@ class SatFormerConfig(ValueArchConfig):
     tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
 
 
+# ==================================================================================================
+# KVM: Key-Value Means (Goldstein & Cheah, arXiv:2605.09877; spec_kvm.md)
+# ==================================================================================================
 
+
+class KvmConfig(ValueArchConfig):
+    """Every layer is a KVM layer with a fixed 256-slot state (the paper's `kvm_wd.yaml`, spec_kvm.md A.4, A.7).
+
+    The other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7). From the paper's attention
+    block the preset takes what the mechanism depends on: per-head LayerNorm of q and k (`ln_q`, `ln_k`,
+    spec A.1) and partial RoPE over the first half of each head (`rope_partial_dim=64` of 128, spec A.1),
+    whose rotary half the state keys zero.
+    """
+
+    model_type = "kvm"
+    default_mixer_type = "kvm"
+    partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
+    qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
 
 
 __all__ = ["ValueArchConfig", "BovConfig", "ResFormerConfig", "SatFormerConfig", "KvmConfig"]
