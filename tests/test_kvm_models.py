@@ -157,3 +157,19 @@ def test_llama_conversion_is_exact_within_the_window(source_class, caplog):
         torch.testing.assert_close(converted(ids).logits, source(ids).logits, atol=1e-6, rtol=0)
         ids = random_ids(2, 64)
         assert (converted(ids).logits - source(ids).logits).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("value_path_type", ["bov", "resformer", "satformer"])
+def test_kvm_layers_compose_with_value_paths(value_path_type):
+    model = tiny_model(value_path_type, mixer_types=["kvm"] * 3, kvm_chunk_size=4, kvm_state_min_slots=4,
+                       partial_rotary_factor=0.5)
+    ids = random_ids(2, 40)
+    with torch.no_grad():
+        prefill = model(ids).logits
+        out = model(ids[:, :13], use_cache=True)
+        cache, logits = output_cache(out), [out.logits]
+        for t in range(13, 40):
+            out = model(ids[:, t:t + 1], cache=cache, use_cache=True)
+            cache = output_cache(out)
+            logits.append(out.logits)
+    torch.testing.assert_close(torch.cat(logits, dim=1), prefill, atol=1e-5, rtol=0)
