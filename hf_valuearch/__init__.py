@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from .configuration_valuearch import (
     AttnResConfig,
     BovConfig,
+    KvmConfig,
     RdAttnResConfig,
     ResFormerConfig,
     SatFormerConfig,
@@ -20,6 +21,8 @@ from .modeling_valuearch import (
     AttnResModel,
     BovForCausalLM,
     BovModel,
+    KvmForCausalLM,
+    KvmModel,
     RdAttnResForCausalLM,
     RdAttnResModel,
     ResFormerForCausalLM,
@@ -42,6 +45,8 @@ MODEL_TYPES = {
     # depth routing (depth_routing.py)
     AttnResConfig.model_type: (AttnResConfig, AttnResModel, AttnResForCausalLM),
     RdAttnResConfig.model_type: (RdAttnResConfig, RdAttnResModel, RdAttnResForCausalLM),
+    # sequence mixers (kvm.py)
+    KvmConfig.model_type: (KvmConfig, KvmModel, KvmForCausalLM),
 }
 
 for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
@@ -57,4 +62,5 @@ __all__ = [
     "BovConfig", "BovModel", "BovForCausalLM", "ResFormerConfig", "ResFormerModel", "ResFormerForCausalLM",
     "SatFormerConfig", "SatFormerModel", "SatFormerForCausalLM", "force_v1_gates", "place_value_tables",
     "AttnResConfig", "AttnResModel", "AttnResForCausalLM", "RdAttnResConfig", "RdAttnResModel", "RdAttnResForCausalLM",
+    "KvmConfig", "KvmModel", "KvmForCausalLM",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
 
 from .value_paths import caches_token_ids
 
@@ -35,12 +35,66 @@ class SlidingKeysAndTokenIdsLayer(TokenIdsInValueSlot, DynamicSlidingWindowLayer
 
 def cache_layer_for(config, layer_idx: int):
     """The cache layer that decoder layer `layer_idx` writes to."""
+    if config.mixer_types[layer_idx] == "kvm":  # window buffers and state, whatever the value path
+        return KVMCacheLayer()
     sliding = config.mixer_types[layer_idx] == "sliding_attention"
     if caches_token_ids(config, layer_idx):
         return SlidingKeysAndTokenIdsLayer(config.sliding_window) if sliding else KeysAndTokenIdsLayer()
     if sliding:
         return DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
     return DynamicLayer()
+
+
+class KVMCacheLayer(CacheLayerMixin):
+    """Cache of a KVM layer (kvm.py): window buffers (k, v, merge gate) and the compressed state.
+
+    `states` holds one `kvm.KVMState` for the whole batch, or one per sequence once a padded batch was seen
+    (each sequence then runs on its own tokens). KVM layers never store raw keys and values through `update`.
+    """
+
+    is_sliding = False
+    is_compileable = False
+    is_croppable = False
+    supports_early_init = False
+
+    def __init__(self):
+        super().__init__()
+        self.states: list = []
+        self.length = 0  # positions seen, padding included (what the masks of the other layers count)
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        raise NotImplementedError("KVM layers write their own state (kvm.KVMMixer), not raw keys and values.")
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def nbytes(self) -> int:
+        """Bytes held: (window tokens + state slots) * (2 * head_dim + 1) values per KV head and sequence."""
+        return sum(t.numel() * t.element_size() for state in self.states for t in state.tensors())
+
+    def reset(self) -> None:
+        self.states, self.length = [], 0
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if len(self.states) == 1:
+            self.states = [self.states[0].select_rows(beam_idx.to(self.states[0].state_keys.device))]
+        elif self.states:
+            self.states = [self.states[int(i)] for i in beam_idx]
+
+    def offload(self):
+        pass
+
+    def prefetch(self):
+        pass
 
 
 class ValueArchCache(Cache):

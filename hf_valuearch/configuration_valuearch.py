@@ -24,7 +24,8 @@ VALUE_COEFFICIENTS = ("fixed", "learnable")
 VALUE_LAYER_SETS = ("all", "every_other", "last_third")
 DEPTH_ROUTINGS = ("standard", "block_attnres", "rd_attnres")
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")  # RD-AttnRes V-route query (depth_routing.py)
-MIXER_TYPES = ("full_attention", "sliding_attention")
+MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")
+KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
 
@@ -82,10 +83,12 @@ class ValueArchConfig(PreTrainedConfig):
         attnres_block_size: (block_attnres, rd_attnres) sublayers per block; an attention or MLP sublayer
             counts as one, so 1 is Full AttnRes.
         value_route: (rd_attnres) the V-route query: "learned", "tied", "average" or "frozen".
-        mixer_types: per layer, "full_attention" or "sliding_attention" (window `sliding_window`).
+        mixer_types: per layer, "full_attention", "sliding_attention" (window `sliding_window`) or "kvm"
+            (Key-Value Means, fields `kvm_*`, see `kvm.py`).
     """
 
     model_type = "valuearch"
+    default_mixer_type = "full_attention"  # every layer's mixer when `mixer_types` is not given
     base_model_tp_plan = {
         "layers.*.self_attn.q_proj": "colwise",
         "layers.*.self_attn.k_proj": "colwise",
@@ -134,6 +137,22 @@ class ValueArchConfig(PreTrainedConfig):
     # --- axis 3: sequence mixer ---
     mixer_types: list[str] | None = None
     sliding_window: int | None = None
+    # --- KVM layers (mixer "kvm"; Goldstein & Cheah, arXiv:2605.09877; defaults: spec_kvm.md A.2-A.4, A.7) ---
+    kvm_chunk_size: int = 256  # C, `chunk_len`
+    kvm_window_chunks: int = 2  # n_w, `n_bswa_chunks`: the raw-token window holds n_w chunks incl. the current one
+    kvm_state_schedule: str = "fixed"  # growth of the state: "fixed", "power_law" (f*T^e) or "saturating" (N*T/(N+T))
+    kvm_state_min_slots: int = 256  # `state_min_len`
+    kvm_state_max_chunks: int = 1  # `n_max_d_chunks`: at most C * this many state slots
+    kvm_state_round_down: int = 1  # `state_round_down`: growth targets are rounded down to a multiple of this
+    kvm_growth_factor: float = 16.0  # f of "power_law" (`state_growth_factor`)
+    kvm_growth_exponent: float = 0.5  # e of "power_law" (`state_growth_exponent`)
+    kvm_saturation_slots: int = 1024  # N of "saturating" (`state_saturation_n`)
+    kvm_sink_slots: int = 1  # `sink_len`: leading state slots that never receive merges
+    kvm_head_temperatures: bool = True  # `kvm_use_head_temps`: per-head state / window key temperatures
+    kvm_merge_gate: bool = True  # `kvm_use_merge_gate_{keys,values}`: g = 1 + ELU(w . x) on merged keys and values
+    kvm_merge_gate_appends: bool = True  # `kvm_apply_merge_gate_to_appends`: the gate also scales appended slots
+    kvm_readout_radius: bool = True  # `kvm_use_vlens`: value readout r*S_v/|S_v|; False: the mean S_v/n
+    kvm_zero_state_rope: bool = True  # state keys zero the rotary dims before the state LayerNorm (A.2)
 
     def __post_init__(self, **kwargs):
         if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0:
@@ -142,7 +161,7 @@ class ValueArchConfig(PreTrainedConfig):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         if self.mixer_types is None and isinstance(self.num_hidden_layers, int):
-            self.mixer_types = ["full_attention"] * self.num_hidden_layers
+            self.mixer_types = [self.default_mixer_type] * self.num_hidden_layers
         super().__post_init__(**kwargs)
         self.validate_valuearch()
 
@@ -206,6 +225,39 @@ class ValueArchConfig(PreTrainedConfig):
             _check_int("sliding_window", self.sliding_window)
         elif self.sliding_window is not None:
             _fail("sliding_window", self.sliding_window, "must be None unless a layer is 'sliding_attention'")
+        if "kvm" in self.mixer_types:
+            self.validate_kvm()
+
+    def validate_kvm(self):
+        """Fields of KVM layers (spec_kvm.md A.2-A.4); only checked when a layer is "kvm"."""
+        for field in ("kvm_chunk_size", "kvm_window_chunks", "kvm_state_min_slots", "kvm_state_max_chunks",
+                      "kvm_state_round_down", "kvm_saturation_slots"):
+            _check_int(field, getattr(self, field))
+        _check_int("kvm_sink_slots", self.kvm_sink_slots, minimum=0)
+        for field in ("kvm_head_temperatures", "kvm_merge_gate", "kvm_merge_gate_appends", "kvm_readout_radius",
+                      "kvm_zero_state_rope"):
+            if not isinstance(getattr(self, field), bool):
+                _fail(field, getattr(self, field), "expected True or False")
+        _check_choice("kvm_state_schedule", self.kvm_state_schedule, KVM_STATE_SCHEDULES)
+        _check_float("kvm_growth_factor", self.kvm_growth_factor, 0.0, strictly=True)
+        exponent = self.kvm_growth_exponent
+        if not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and 0.0 < exponent <= 1.0):
+            _fail("kvm_growth_exponent", exponent, "expected a number in (0, 1]")
+        max_slots = self.kvm_chunk_size * self.kvm_state_max_chunks
+        if self.kvm_state_min_slots > max_slots:
+            _fail("kvm_state_min_slots", self.kvm_state_min_slots,
+                  f"must be <= kvm_chunk_size * kvm_state_max_chunks = {max_slots} (the largest state)")
+        if self.kvm_sink_slots >= self.kvm_chunk_size:
+            _fail("kvm_sink_slots", self.kvm_sink_slots,
+                  f"must be < kvm_chunk_size={self.kvm_chunk_size}: the initial state (one chunk) needs a "
+                  "non-sink slot to merge into")
+        if self.kvm_merge_gate_appends and not self.kvm_merge_gate:
+            _fail("kvm_merge_gate_appends", True, "only meaningful with kvm_merge_gate=True; set both to False")
+        if self.kvm_zero_state_rope and self.rotary_dim == self.head_dim:
+            _fail("kvm_zero_state_rope", True,
+                  f"RoPE covers the whole head (rotary_dim = head_dim = {self.head_dim}), so zeroing it would leave "
+                  "state keys empty; use partial rotary (rope_parameters['partial_rotary_factor'] < 1) or set "
+                  "kvm_zero_state_rope=False")
 
     def validate_value_path(self):
         """Axis 1: the value-path fields and their combinations (spec_value_paths.md)."""
@@ -330,6 +382,26 @@ class SatFormerConfig(ValueArchConfig):
     tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
 
 
+# ==================================================================================================
+# KVM: Key-Value Means (Goldstein & Cheah, arXiv:2605.09877; spec_kvm.md)
+# ==================================================================================================
+
+
+class KvmConfig(ValueArchConfig):
+    """Every layer is a KVM layer with a fixed 256-slot state (the paper's `kvm_wd.yaml`, spec_kvm.md A.4, A.7).
+
+    The other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7). From the paper's attention
+    block the preset takes what the mechanism depends on: per-head LayerNorm of q and k (`ln_q`, `ln_k`,
+    spec A.1) and partial RoPE over the first half of each head (`rope_partial_dim=64` of 128, spec A.1),
+    whose rotary half the state keys zero.
+    """
+
+    model_type = "kvm"
+    default_mixer_type = "kvm"
+    partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
+    qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
+
+
 # --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
 
 
@@ -353,4 +425,4 @@ class RdAttnResConfig(ValueArchConfig):
     value_route: str | None = "learned"
 
 
-__all__ = ["ValueArchConfig", "BovConfig", "ResFormerConfig", "SatFormerConfig", "AttnResConfig", "RdAttnResConfig"]
+__all__ = ["ValueArchConfig", "BovConfig", "ResFormerConfig", "SatFormerConfig", "KvmConfig", "AttnResConfig", "RdAttnResConfig"]

@@ -16,6 +16,7 @@ from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedCo
 
 from . import MODEL_TYPES
 from .configuration_valuearch import ValueArchConfig
+from .kvm_conversion import llama_to_kvm
 from .depth_conversion import to_rd_attnres, valuearch_to_attnres
 from .modeling_valuearch import ValueArchForCausalLM
 from .value_path_conversion import to_bov, to_resformer, to_satformer
@@ -74,6 +75,8 @@ CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
     "bov": to_bov,
     "resformer": to_resformer,
     "satformer": to_satformer,
+    # sequence mixers (kvm_conversion.py)
+    "kvm": llama_to_kvm,
     # depth routing (depth_conversion.py): zero pseudo-queries / a V route that starts tied
     "attnres": valuearch_to_attnres,
     "rd_attnres": to_rd_attnres,

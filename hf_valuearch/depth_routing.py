@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import initialization as init
 
 ATTNRES_ROUTINGS = ("block_attnres", "rd_attnres")
 
@@ -236,7 +235,7 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
             self.value_route_query = nn.Parameter(torch.zeros(hidden_size))  # zero-init [unverified]
         self.recorded_routes: dict[str, torch.Tensor] = {}
 
-    def init_valuearch_weights(self):
+    def init_valuearch_weights(self, init):
         """Pseudo-queries start at zero: uniform depth weights, the PreNorm model up to ε (paper §3.1)."""
         init.zeros_(self.attn_route_query)
         init.zeros_(self.mlp_route_query)
@@ -315,7 +314,8 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
         self.final_route_key_norm = DepthKeyRMSNorm(config.hidden_size, config.rms_norm_eps)
         self.recorded_routes: dict[str, torch.Tensor] = {}
 
-    def init_valuearch_weights(self):
+    def init_valuearch_weights(self, init):
+        """The final pseudo-query starts at zero (`init`: transformers.initialization, skips loaded weights)."""
         init.zeros_(self.final_route_query)
 
     def start(self, embeddings: torch.Tensor):

@@ -13,6 +13,9 @@ PAPERS: dict[str, list[str]] = {
     "resformer": ["ResFormer value residual learning, V' = lambda_1 V_1 + lambda_2 V (arXiv:2410.17897)"],
     "satformer": ["SATFormer selective access to early representations, V' = V + ReLU(h W_alpha) V_1 "
                   "(arXiv:2605.03953)"],
+    # sequence mixers
+    "kvm": ["Key-Value Means: a block sliding window plus a compressed, growable state of key/value sums "
+            "(arXiv:2605.09877)"],
 }
 
 

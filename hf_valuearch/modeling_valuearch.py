@@ -8,7 +8,8 @@ The axes plug in at three places:
   x0 W_V or V1; see value_paths.py) and decides what the cache keeps; `ValueArchModel.forward` threads the
   per-forward `ValueContext` (token ids, x0, V1) through the layers as the `value_context` keyword;
 * depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
-* sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer.
+* sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer; mixers in
+  `SEQUENCE_MIXERS` (KVM) replace the attention interface and read/write their own cache layer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
@@ -35,12 +37,14 @@ from .compat import CACHE_OUTPUT_FIELD, pop_cache
 from .configuration_valuearch import (
     AttnResConfig,
     BovConfig,
+    KvmConfig,
     RdAttnResConfig,
     ResFormerConfig,
     SatFormerConfig,
     ValueArchConfig,
 )
 from .depth_routing import build_layer_router, build_readout
+from .kvm import KVMMixer, kvm_padding_mask
 from .value_paths import (
     ResidualValues,
     ValueContext,
@@ -168,6 +172,11 @@ class ValueArchMLP(nn.Module):
         return self.down_proj(F.relu(self.up_proj(x)).square())
 
 
+# Mixer types whose module replaces the attention interface: (config, layer_idx) -> module with
+# forward(q [B,H,T,D], k, v [B,H_kv,T,D], attention input [B,T,hidden], mask, cache) -> [B,T,H,D].
+SEQUENCE_MIXERS = {"kvm": KVMMixer}
+
+
 class ValueArchAttention(nn.Module):
     """Multi-head attention with GQA, optional q/k norm, (partial) RoPE and a pluggable value path."""
 
@@ -191,6 +200,8 @@ class ValueArchAttention(nn.Module):
         self.q_norm = build_head_norm(config)
         self.k_norm = build_head_norm(config)
         self.value_path = build_value_path(config, layer_idx)
+        mixer_class = SEQUENCE_MIXERS.get(self.mixer_type)
+        self.sequence_mixer = mixer_class(config, layer_idx) if mixer_class is not None else None
 
     def forward(
         self,
@@ -215,6 +226,11 @@ class ValueArchAttention(nn.Module):
         query_states, key_states, value_states = (x.transpose(1, 2) for x in (query_states, key_states, value_states))
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        if self.sequence_mixer is not None:
+            attn_output = self.sequence_mixer(query_states, key_states, value_states, hidden_states,
+                                              attention_mask, cache)
+            return self.o_proj(attn_output.reshape(*input_shape, -1).contiguous()), None
 
         if cache is not None:
             key_states, value_states = self.value_path.update_cache(
@@ -290,10 +306,10 @@ class ValueArchPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
+        if hasattr(module, "init_valuearch_weights"):  # mechanism parameters transformers does not know
+            module.init_valuearch_weights(init)
         if isinstance(module, ResidualValues):  # value-path scalars (gamma, alpha, beta) of their config
             module.init_weights()
-        if hasattr(module, "init_valuearch_weights"):  # depth routing: zero pseudo-queries (depth_routing.py)
-            module.init_valuearch_weights()
 
     def initialize_weights(self):
         """Initialise as transformers does, then align the BoV value tables that were not loaded."""
@@ -339,7 +355,8 @@ class ValueArchModel(ValueArchPreTrainedModel):
 
     def _attention_masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
         """One mask per attention mixer type present in the model."""
-        mask_builders = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
+        mask_builders = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask,
+                         "kvm": kvm_padding_mask}
         return {
             mixer: mask_builders[mixer](self.config, inputs_embeds, attention_mask, cache, position_ids)
             for mixer in set(self.config.mixer_types)
@@ -481,6 +498,20 @@ class SatFormerForCausalLM(ValueArchForCausalLM):
     base_model_class = SatFormerModel
 
 
+# ==================================================================================================
+# KVM: Key-Value Means (kvm.py)
+# ==================================================================================================
+
+
+class KvmModel(ValueArchModel):
+    config_class = KvmConfig
+
+
+class KvmForCausalLM(ValueArchForCausalLM):
+    config_class = KvmConfig
+    base_model_class = KvmModel
+
+
 # --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
 
 
@@ -505,5 +536,6 @@ class RdAttnResForCausalLM(ValueArchForCausalLM):
 __all__ = [
     "ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM",
     "BovModel", "BovForCausalLM", "ResFormerModel", "ResFormerForCausalLM", "SatFormerModel", "SatFormerForCausalLM",
+    "KvmModel", "KvmForCausalLM",
     "AttnResModel", "AttnResForCausalLM", "RdAttnResModel", "RdAttnResForCausalLM",
 ]

@@ -88,6 +88,75 @@ def bench_value_paths(args):
             print(f"  {name:15s} {size / cache_sizes['baseline']:.3f}")
 
 
+# ==================================================================================================
+# KVM: prefill time and decode speed vs full attention (spec_kvm.md A.4, A.9)
+# ==================================================================================================
+
+
+def _kvm_bench_models(**kvm_fields):
+    """Same small backbone (d 256, 4 heads x 64, 2 layers, partial RoPE, q/k LayerNorm), full attention vs KVM."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hf_valuearch import KvmConfig, KvmForCausalLM
+
+    sizes = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=4, max_position_embeddings=32768, attn_implementation="sdpa")
+    models = {"full": KvmForCausalLM(KvmConfig(**sizes, mixer_types=["full_attention"] * 2)).eval()}
+    for name, fields in kvm_fields.items():
+        models[name] = KvmForCausalLM(KvmConfig(**sizes, **fields)).eval()
+    return models
+
+
+KVM_BENCH_VARIANTS = {
+    "kvm_fixed256": dict(kvm_chunk_size=256),  # the preset: fixed 256 slots
+    "kvm_sqrt16": dict(kvm_chunk_size=256, kvm_state_schedule="power_law", kvm_state_max_chunks=10000),
+}
+
+
+@suite("kvm_prefill")
+def kvm_prefill(args):
+    """Prefill wall time (no cache, no gradients) of KVM vs full attention for T = 1k .. 16k tokens.
+
+    On a shared machine use --threads 1: with 2 threads every op waits for a descheduled worker thread.
+    """
+    models = _kvm_bench_models(**KVM_BENCH_VARIANTS)
+    print(f"threads={torch.get_num_threads()}  ratio = KVM time / full-attention time (< 1: KVM faster)")
+    for length in (1024, 2048, 4096, 8192, 16384):
+        ids = torch.randint(3, 256, (1, length))
+        with torch.no_grad():
+            times = time_side_by_side({name: (lambda m=model: m(ids, use_cache=False)) for name, model in models.items()},
+                                      repeats=args.repeats)
+        ratios = "  ".join(f"{name} {times[name] / times['full']:.2f}x" for name in models if name != "full")
+        print(f"T={length:6d}  full {times['full']:.3f}s  {ratios}")
+
+
+@suite("kvm_decode")
+def kvm_decode(args):
+    """Greedy decode tokens/s after a prefill of T tokens, KVM vs full attention (DynamicCache-style K/V)."""
+    models = _kvm_bench_models(kvm_fixed256=KVM_BENCH_VARIANTS["kvm_fixed256"])
+    from hf_valuearch.compat import output_cache
+    steps = 16
+    print(f"threads={torch.get_num_threads()}  {steps} decode steps per timing; ratio = KVM tokens/s / full tokens/s")
+    for length in (1024, 4096, 16384):
+        ids = torch.randint(3, 256, (1, length))
+        caches = {}
+        with torch.no_grad():
+            for name, model in models.items():
+                caches[name] = output_cache(model(ids, use_cache=True))
+
+            def decode(name):
+                token = torch.tensor([[7]])
+                for _ in range(steps):
+                    caches[name] = output_cache(models[name](token, cache=caches[name], use_cache=True))
+
+            times = time_side_by_side({name: (lambda n=name: decode(n)) for name in models}, repeats=args.repeats)
+        speed = {name: steps / t for name, t in times.items()}
+        print(f"T={length:6d}  full {speed['full']:.1f} tok/s  kvm {speed['kvm_fixed256']:.1f} tok/s  "
+              f"ratio {speed['kvm_fixed256'] / speed['full']:.2f}x")
+
+
 # --- depth routing: Block AttnRes and RD-AttnRes (hf_valuearch/depth_routing.py) ----------------------
 
 
