@@ -166,3 +166,18 @@ def test_composes_with_value_paths_and_model_diagnostics():
     assert report["model.layers.1.router"]["qk_value_js"] > 0
     assert len(report["model.readout"]["final"]) == 3  # embedding, one completed block, the partial sum
     assert "model.layers.1.self_attn.value_path" in report
+
+
+def test_composes_with_kvm_layers():
+    """RD-AttnRes routing around KVM sequence mixers: decode = prefill (depth mixing is per token)."""
+    model = randomize_routes(tiny_model("rd_attnres", mixer_types=["kvm"] * 3, kvm_chunk_size=4,
+                                        kvm_state_min_slots=4, kvm_state_max_chunks=4, kvm_zero_state_rope=False),
+                             scale=0.5)
+    ids = random_ids(2, 14)
+    with torch.no_grad():
+        full = model(ids).logits
+        out = model(ids[:, :6], use_cache=True)
+        steps, cache = [out.logits], output_cache(out)
+        for t in range(6, 14):
+            steps.append(model(ids[:, t : t + 1], cache=cache, use_cache=True).logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
