@@ -46,7 +46,6 @@ from .configuration_valuearch import (
 from .depth_routing import build_layer_router, build_readout
 from .kvm import KVMMixer, kvm_padding_mask
 from .value_paths import (
-    ResidualValues,
     ValueContext,
     align_value_tables,
     build_value_context,
@@ -308,8 +307,6 @@ class ValueArchPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if hasattr(module, "init_valuearch_weights"):  # mechanism parameters transformers does not know
             module.init_valuearch_weights(init)
-        if isinstance(module, ResidualValues):  # value-path scalars (gamma, alpha, beta) of their config
-            module.init_weights()
 
     def initialize_weights(self):
         """Initialise as transformers does, then align the BoV value tables that were not loaded."""

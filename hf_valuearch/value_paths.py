@@ -98,9 +98,6 @@ class ResidualValues(nn.Module):
         """Write this step's keys and values ([B, H_kv, T, D_head]); return those of all cached positions."""
         return cache.update(key_states, value_states, layer_idx)
 
-    def init_weights(self):
-        """(Re)initialise this path's own parameters (called from `_init_weights`)."""
-
 
 class FirstLayerValues(ResidualValues):
     """Layer 0 when later layers read V1: standard values, also handed on as V1 = h_0 W_V^1 (before any mixing)."""
@@ -136,7 +133,8 @@ class MixedValues(ResidualValues):
             kv_dim = config.num_key_value_heads * config.head_dim
             self.value_table = nn.Embedding(config.vocab_size, kv_dim)  # E_V: [|V|, H_kv * D_head]
 
-    def init_weights(self):
+    def init_valuearch_weights(self, init):
+        """Coefficients to their configured initial values (called from `_init_weights`)."""
         if self.learnable:
             for name, value in zip(self.coefficient_names, self.coefficient_init):
                 init.constant_(getattr(self, name), value)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch import nn
+from transformers import initialization as init
 
 from hf_valuearch import MODEL_TYPES, BovConfig, ResFormerConfig, SatFormerConfig, force_v1_gates
 from hf_valuearch.value_paths import ValueContext, build_value_path
@@ -83,7 +84,7 @@ def path_config(**overrides):
 def test_table_substitute_is_gamma_times_table_row():
     path = build_value_path(path_config(value_source="table", value_layers=[1], value_coefficients="learnable",
                                         value_coefficient_init=[2.0]), 1)
-    path.init_weights()
+    path.init_valuearch_weights(init)
     with torch.no_grad():
         path.value_table.weight.copy_(torch.arange(20.0).view(5, 4))
     values = path(torch.zeros(1, 2, 4), identity_v_proj(), ValueContext(token_ids=torch.tensor([[3, 1]])))
@@ -113,7 +114,7 @@ def test_add_mixes_alpha_v_plus_beta_v1():
 def test_residual_scale_is_gamma_times_v():
     path = build_value_path(path_config(value_layers=[1], value_coefficients="learnable",
                                         value_coefficient_init=[3.0]), 1)
-    path.init_weights()
+    path.init_valuearch_weights(init)
     h = torch.tensor([[[1.0, -2.0, 0.5, 0.0]]])
     assert torch.equal(path(h, identity_v_proj(), ValueContext()).flatten(), 3 * h.flatten())
 
