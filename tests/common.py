@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import runpy
+import sys
+from pathlib import Path
+
 import torch
 
 from hf_valuearch import MODEL_TYPES, ValueArchConfig
+from hf_valuearch.compat import output_cache
+
+REPO = Path(__file__).resolve().parent.parent
 
 TINY = dict(
     vocab_size=97,
@@ -36,3 +43,39 @@ def random_ids(batch: int, length: int, vocab: int = TINY["vocab_size"], seed: i
     """Token ids that avoid the special ids 0-2."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab, (batch, length), generator=generator)
+
+
+def prefill_then_decode(model, ids: torch.Tensor, prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(full-forward logits, logits of a cached prefill of `ids[:, :prefix]` followed by one-token decode
+    steps over the rest), both (B, T, V) and computed without gradients."""
+    with torch.no_grad():
+        full = model(ids).logits
+        out = model(ids[:, :prefix], use_cache=True)
+        cache, steps = output_cache(out), [out.logits]
+        for t in range(prefix, ids.shape[1]):
+            out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
+            cache = output_cache(out)
+            steps.append(out.logits)
+    return full, torch.cat(steps, dim=1)
+
+
+def left_pad(prompts, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A left-padded batch of prompts (each a 1-D tensor or a (1, L) row): (ids, attention_mask), both long."""
+    prompts = [prompt.reshape(-1) for prompt in prompts]
+    length = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, length - len(prompt):] = prompt
+        mask[row, length - len(prompt):] = 1
+    return ids, mask
+
+
+def run_script(name: str, *argv: str) -> None:
+    """Run scripts/NAME.py as `python scripts/NAME.py ARGV` does, in this process."""
+    saved = sys.argv
+    sys.argv = [f"{name}.py", *argv]
+    try:
+        runpy.run_path(str(REPO / "scripts" / f"{name}.py"), run_name="__main__")
+    finally:
+        sys.argv = saved

@@ -15,7 +15,7 @@ from hf_valuearch.depth_conversion import attnres_to_rd_attnres
 from hf_valuearch.depth_logging import DepthRouteLoggingCallback
 from hf_valuearch.depth_routing import record_depth_routes
 from scripts.convert import main as convert_main
-from tests.common import TINY, random_ids, tiny_model
+from tests.common import TINY, prefill_then_decode, random_ids, tiny_model
 from tests.test_depth_routing import randomize_routes
 from tests.test_training import RepeatedSequences
 
@@ -29,14 +29,8 @@ def test_decode_equals_prefill_with_trained_routes(model_type, extra):
     full forward's logits, and greedy generation is the same with and without the cache."""
     model = randomize_routes(tiny_model(model_type, attnres_block_size=3, **extra), scale=0.5)
     ids = random_ids(2, 14)
-    with torch.no_grad():
-        full = model(ids).logits
-        out = model(ids[:, :6], use_cache=True)
-        steps, cache = [out.logits], output_cache(out)
-        for t in range(6, 14):
-            out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
-            steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    full, stepped = prefill_then_decode(model, ids, 6)
+    torch.testing.assert_close(stepped, full, rtol=1e-5, atol=1e-5)
     prompt = ids[:, :8]
     kwargs = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(model.generate(prompt, use_cache=True, **kwargs), model.generate(prompt, use_cache=False, **kwargs))
@@ -173,11 +167,5 @@ def test_composes_with_kvm_layers():
     model = randomize_routes(tiny_model("rd_attnres", mixer_types=["kvm"] * 3, kvm_chunk_size=4,
                                         kvm_state_min_slots=4, kvm_state_max_chunks=4, kvm_zero_state_rope=False),
                              scale=0.5)
-    ids = random_ids(2, 14)
-    with torch.no_grad():
-        full = model(ids).logits
-        out = model(ids[:, :6], use_cache=True)
-        steps, cache = [out.logits], output_cache(out)
-        for t in range(6, 14):
-            steps.append(model(ids[:, t : t + 1], cache=cache, use_cache=True).logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    full, stepped = prefill_then_decode(model, random_ids(2, 14), 6)
+    torch.testing.assert_close(stepped, full, rtol=1e-5, atol=1e-5)

@@ -6,7 +6,7 @@ import torch
 from hf_valuearch import MODEL_TYPES
 from hf_valuearch.cache_valuearch import ValueArchCache
 from hf_valuearch.compat import output_cache
-from tests.common import random_ids, tiny_model
+from tests.common import left_pad, random_ids, tiny_model
 
 ALL_TYPES = sorted(MODEL_TYPES)
 
@@ -37,12 +37,8 @@ def test_step_by_step_logits_equal_full_forward(model_type):
 def test_greedy_generation_same_with_and_without_cache_left_padded(model_type):
     model = tiny_model(model_type)
     prompts = [random_ids(1, 9, seed=4)[0], random_ids(1, 5, seed=5)[0]]
-    length = max(len(p) for p in prompts)
-    ids = torch.zeros(2, length, dtype=torch.long)
-    mask = torch.zeros(2, length, dtype=torch.long)
-    for row, prompt in enumerate(prompts):  # left padding with pad id 0
-        ids[row, length - len(prompt):] = prompt
-        mask[row, length - len(prompt):] = 1
+    ids, mask = left_pad(prompts)
+    length = ids.shape[1]
     kwargs = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
     with_cache = model.generate(ids, use_cache=True, **kwargs)
     without_cache = model.generate(ids, use_cache=False, **kwargs)

@@ -15,7 +15,7 @@ from hf_valuearch.compat import output_cache
 from hf_valuearch.conversion import convert_checkpoint
 from hf_valuearch.kvm_conversion import llama_to_kvm
 from hf_valuearch.training import load_config
-from tests.common import TINY, random_ids, tiny_model
+from tests.common import TINY, left_pad, prefill_then_decode, random_ids, tiny_model
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "kvm"
 
@@ -39,33 +39,15 @@ def test_tiny_config_files_build_and_decode_like_prefill(path):
     mixer = next(layer.self_attn.sequence_mixer for layer in model.model.layers if layer.self_attn.sequence_mixer)
     assert (mixer.state_temperature is not None) == config.kvm_head_temperatures
     assert (mixer.merge_gate_proj is not None) == config.kvm_merge_gate
-    ids = random_ids(1, 50)
-    with torch.no_grad():
-        prefill = model(ids).logits
-        out = model(ids[:, :30], use_cache=True)
-        cache, logits = output_cache(out), [out.logits]
-        for t in range(30, 50):
-            out = model(ids[:, t:t + 1], cache=cache, use_cache=True)
-            cache = output_cache(out)
-            logits.append(out.logits)
-    torch.testing.assert_close(torch.cat(logits, dim=1), prefill, atol=1e-5, rtol=0)
-
-
-def left_padded(sequences):
-    length = max(s.shape[1] for s in sequences)
-    ids = torch.zeros(len(sequences), length, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, sequence in enumerate(sequences):
-        ids[row, length - sequence.shape[1]:] = sequence[0]
-        mask[row, length - sequence.shape[1]:] = 1
-    return ids, mask
+    prefill, decoded = prefill_then_decode(model, random_ids(1, 50), 30)
+    torch.testing.assert_close(decoded, prefill, atol=1e-5, rtol=0)
 
 
 def test_left_padded_batches_match_each_sequence_alone():
     model = tiny_model("kvm", kvm_chunk_size=4, kvm_state_min_slots=4,
                        mixer_types=["kvm", "full_attention", "kvm"])
     sequences = [random_ids(1, 30, seed=3), random_ids(1, 19, seed=4), random_ids(1, 7, seed=5)]
-    ids, mask = left_padded(sequences)
+    ids, mask = left_pad(sequences)
     with torch.no_grad():
         batched = model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
         for row, sequence in enumerate(sequences):
@@ -110,7 +92,7 @@ def test_diagnostics_report_temperatures_gates_and_state():
     assert len(report["merge_gate_weight_norm"]) == 2
     # last update: chunk [52, 56) leaves the window at T = 60: floor(2 * sqrt(60)) = 15 slots
     assert report["state_slots"] == [15] and report["window_tokens"] == [8] and report["tokens_in_state"] == [56]
-    ids, mask = left_padded([random_ids(1, 64), random_ids(1, 9)])
+    ids, mask = left_pad([random_ids(1, 64), random_ids(1, 9)])
     with torch.no_grad():
         model(ids, attention_mask=mask)
     report = model.valuearch_diagnostics()["model.layers.1.self_attn.sequence_mixer"]
@@ -163,13 +145,5 @@ def test_llama_conversion_is_exact_within_the_window(source_class, caplog):
 def test_kvm_layers_compose_with_value_paths(value_path_type):
     model = tiny_model(value_path_type, mixer_types=["kvm"] * 3, kvm_chunk_size=4, kvm_state_min_slots=4,
                        partial_rotary_factor=0.5)
-    ids = random_ids(2, 40)
-    with torch.no_grad():
-        prefill = model(ids).logits
-        out = model(ids[:, :13], use_cache=True)
-        cache, logits = output_cache(out), [out.logits]
-        for t in range(13, 40):
-            out = model(ids[:, t:t + 1], cache=cache, use_cache=True)
-            cache = output_cache(out)
-            logits.append(out.logits)
-    torch.testing.assert_close(torch.cat(logits, dim=1), prefill, atol=1e-5, rtol=0)
+    prefill, decoded = prefill_then_decode(model, random_ids(2, 40), 13)
+    torch.testing.assert_close(decoded, prefill, atol=1e-5, rtol=0)

@@ -1,9 +1,5 @@
 """The standard decoder is transformers' Llama: same logits, same generation, bit-identical round trip."""
 
-import runpy
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -11,19 +7,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_valuearch import ValueArchForCausalLM
 from hf_valuearch.conversion import convert, valuearch_to_llama
-from tests.common import random_ids, tiny_model
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def run_convert_script(*argv):
-    """Run scripts/convert.py as `python scripts/convert.py ARGV` does, in this process."""
-    saved = sys.argv
-    sys.argv = ["convert.py", *argv]
-    try:
-        runpy.run_path(str(REPO / "scripts" / "convert.py"), run_name="__main__")
-    finally:
-        sys.argv = saved
+from tests.common import random_ids, run_script, tiny_model
 
 
 def random_llama(tie: bool, seed: int = 0) -> LlamaForCausalLM:
@@ -61,7 +45,7 @@ def test_convert_script_round_trip_is_bit_identical(tmp_path, tie):
     llama = random_llama(tie, seed=1)
     llama.save_pretrained(tmp_path / "llama")
     for source, target, name in [("llama", "ours", "valuearch"), ("ours", "back", "llama")]:
-        run_convert_script("--input", str(tmp_path / source), "--output", str(tmp_path / target), "--to", name)
+        run_script("convert", "--input", str(tmp_path / source), "--output", str(tmp_path / target), "--to", name)
     original = load_file(tmp_path / "llama" / "model.safetensors")
     back = load_file(tmp_path / "back" / "model.safetensors")
     assert original.keys() == back.keys()

@@ -2,16 +2,14 @@
 
 import json
 import random
-import runpy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import Trainer
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.common import run_script
+
 WORDS = "the a value bank layer token attention residual depth state window query key mean sum of in to".split()
 
 
@@ -25,15 +23,6 @@ def corpus(tmp_path_factory):
     return root
 
 
-def run_train(*argv):
-    saved = sys.argv
-    sys.argv = ["train.py", *argv]
-    try:
-        runpy.run_path(str(REPO / "scripts" / "train.py"), run_name="__main__")
-    finally:
-        sys.argv = saved
-
-
 def common_args(corpus, output):
     return ["--config", "valuearch", "--data", str(corpus), "--output_dir", str(output),
             "--set", "hidden_size=32", "--set", "intermediate_size=64", "--set", "num_hidden_layers=2",
@@ -43,7 +32,7 @@ def common_args(corpus, output):
 
 
 def test_train_resume_after_crash_continues_the_same_run(corpus, tmp_path, monkeypatch):
-    run_train(*common_args(corpus, tmp_path / "straight"))
+    run_script("train", *common_args(corpus, tmp_path / "straight"))
     straight = load_file(tmp_path / "straight" / "final" / "model.safetensors")
     assert (tmp_path / "straight" / "final" / "tokenizer.json").exists()
     card = (tmp_path / "straight" / "final" / "README.md").read_text()
@@ -59,12 +48,12 @@ def test_train_resume_after_crash_continues_the_same_run(corpus, tmp_path, monke
 
     monkeypatch.setattr(Trainer, "_save_rng_state", crash_at_step_6)
     with pytest.raises(KeyboardInterrupt):
-        run_train(*common_args(corpus, tmp_path / "crashed"))
+        run_script("train", *common_args(corpus, tmp_path / "crashed"))
     monkeypatch.setattr(Trainer, "_save_rng_state", original)
     checkpoints = sorted(p.name for p in (tmp_path / "crashed").glob("checkpoint-*"))
     assert checkpoints == ["checkpoint-3"]
 
-    run_train(*common_args(corpus, tmp_path / "crashed"))
+    run_script("train", *common_args(corpus, tmp_path / "crashed"))
     resumed = load_file(tmp_path / "crashed" / "final" / "model.safetensors")
     assert straight.keys() == resumed.keys()
     for name in straight:
@@ -72,12 +61,12 @@ def test_train_resume_after_crash_continues_the_same_run(corpus, tmp_path, monke
 
 
 def test_bad_data_and_config_give_clear_errors(tmp_path):
+    output = ("--output_dir", str(tmp_path / "o"))
     with pytest.raises(FileNotFoundError, match="--data"):
-        run_train("--config", "valuearch", "--data", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "o"))
+        run_script("train", "--config", "valuearch", "--data", str(tmp_path / "missing"), *output)
     with pytest.raises(ValueError, match="holds no text files"):
-        run_train("--config", "valuearch", "--data", str(tmp_path), "--output_dir", str(tmp_path / "o"))
+        run_script("train", "--config", "valuearch", "--data", str(tmp_path), *output)
     with pytest.raises(ValueError, match="model type"):
-        run_train("--config", "not_a_model", "--data", str(tmp_path), "--output_dir", str(tmp_path / "o"))
+        run_script("train", "--config", "not_a_model", "--data", str(tmp_path), *output)
     with pytest.raises(ValueError, match="hidden_size"):
-        run_train("--config", "valuearch", "--set", "hidden_size=0", "--data", str(tmp_path),
-                  "--output_dir", str(tmp_path / "o"))
+        run_script("train", "--config", "valuearch", "--set", "hidden_size=0", "--data", str(tmp_path), *output)

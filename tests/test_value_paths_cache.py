@@ -9,7 +9,7 @@ from hf_valuearch import place_value_tables
 from hf_valuearch.cache_valuearch import KeysAndTokenIdsLayer, SlidingKeysAndTokenIdsLayer
 from hf_valuearch.compat import output_cache
 from hf_valuearch.value_path_conversion import to_bov, to_resformer, to_satformer
-from tests.common import TINY, random_ids, tiny_model
+from tests.common import TINY, left_pad, prefill_then_decode, random_ids, tiny_model
 
 PRESETS = {
     "bov": ("bov", {}),
@@ -26,26 +26,16 @@ PRESETS = {
 def test_decode_equals_prefill(name):
     model_type, overrides = PRESETS[name]
     model = tiny_model(model_type, **overrides)
-    ids = random_ids(2, 11)
-    with torch.no_grad():
-        full = model(ids).logits
-        out = model(ids[:, :5], use_cache=True)
-        cache, steps = output_cache(out), [out.logits]
-        for t in range(5, 11):
-            out = model(ids[:, t:t + 1], cache=cache, use_cache=True)
-            cache = output_cache(out)
-            steps.append(out.logits)
-    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+    full, stepped = prefill_then_decode(model, random_ids(2, 11), 5)
+    assert torch.allclose(stepped, full, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_generate_with_and_without_cache_left_padded(name):
     model_type, overrides = PRESETS[name]
     model = tiny_model(model_type, **overrides)
-    ids = random_ids(2, 7)
-    ids[0, :3] = TINY["pad_token_id"]
-    mask = torch.ones_like(ids)
-    mask[0, :3] = 0
+    rows = random_ids(2, 7)
+    ids, mask = left_pad([rows[0, 3:], rows[1]], pad_id=TINY["pad_token_id"])
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=TINY["pad_token_id"])
     with_cache = model.generate(ids, use_cache=True, **kwargs)
     without_cache = model.generate(ids, use_cache=False, **kwargs)
