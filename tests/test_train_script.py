@@ -1,7 +1,11 @@
 """The README's main job: scripts/train.py pretrains, checkpoints atomically and resumes the same run."""
 
 import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +13,8 @@ from safetensors.torch import load_file
 from transformers import Trainer
 
 from tests.common import run_script
+
+REPO = Path(__file__).resolve().parent.parent
 
 WORDS = "the a value bank layer token attention residual depth state window query key mean sum of in to".split()
 
@@ -70,3 +76,23 @@ def test_bad_data_and_config_give_clear_errors(tmp_path):
         run_script("train", "--config", "not_a_model", "--data", str(tmp_path), *output)
     with pytest.raises(ValueError, match="hidden_size"):
         run_script("train", "--config", "valuearch", "--set", "hidden_size=0", "--data", str(tmp_path), *output)
+
+
+def test_hub_streaming_path_reads_a_local_dataset_folder(tmp_path):
+    """`hf:NAME` goes through datasets' streaming loader; a local dataset folder exercises the same path."""
+    from hf_valuearch.training import iter_texts
+
+    rows = [{"text": f"document {index}"} for index in range(5)]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    assert list(iter_texts(f"hf:{tmp_path}")) == [row["text"] for row in rows]
+
+
+def test_hub_dataset_offline_fails_with_a_clear_message(tmp_path):
+    script = ("from hf_valuearch.training import iter_texts\n"
+              "next(iter_texts('hf:someone/not-a-local-dataset'))\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path),
+           "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "could not stream Hub dataset 'someone/not-a-local-dataset'" in result.stderr
+    assert "pass a local text file or directory" in result.stderr
