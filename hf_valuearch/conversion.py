@@ -12,59 +12,40 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedConfig, PreTrainedModel
+from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from . import MODEL_TYPES
 from .configuration_valuearch import ValueArchConfig
-from .kvm_conversion import llama_to_kvm
+from .conversion_common import carried_fields, copy_weights
 from .depth_conversion import to_rd_attnres, valuearch_to_attnres
+from .kvm_conversion import llama_to_kvm
 from .modeling_valuearch import ValueArchForCausalLM
 from .value_path_conversion import to_bov, to_resformer, to_satformer
 
-# LlamaConfig fields that carry over unchanged (same name, same meaning).
-LLAMA_FIELDS = (
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range",
-    "rms_norm_eps", "use_cache", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings",
-    "rope_parameters", "attention_bias", "attention_dropout", "mlp_bias",
-)
 # Fields that only valuearch has (decoder options and the three axes): all must be at their defaults for Llama.
-VALUEARCH_OPTION_FIELDS = sorted(
-    set(ValueArchConfig.__dataclass_fields__) - set(PreTrainedConfig.__dataclass_fields__) - set(LLAMA_FIELDS)
-)
+VALUEARCH_OPTION_FIELDS = sorted(set(ValueArchConfig.__dataclass_fields__) - set(LlamaConfig.__dataclass_fields__))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "chat_template.jinja")
-
-
-def _with_weights(target: PreTrainedModel, source: PreTrainedModel) -> PreTrainedModel:
-    """Copy `source`'s parameters into `target` (same names and shapes required), in source's dtype."""
-    target = target.to(dtype=source.dtype)
-    missing, unexpected = target.load_state_dict(source.state_dict(), strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and target.config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise ValueError(f"weights do not match: missing {missing}, unexpected {unexpected}")
-    return target.eval()
 
 
 def llama_to_valuearch(model: LlamaForCausalLM) -> ValueArchForCausalLM:
     """Llama -> the standard valuearch decoder, numerically the same model."""
     if getattr(model.config, "pretraining_tp", 1) not in (1, None):
         raise ValueError(f"LlamaConfig.pretraining_tp={model.config.pretraining_tp} is not supported: expected 1")
-    fields = {name: getattr(model.config, name) for name in LLAMA_FIELDS}
-    return _with_weights(ValueArchForCausalLM(ValueArchConfig(**fields)), model)
+    config = ValueArchConfig(**carried_fields(model.config, ValueArchConfig))
+    return copy_weights(ValueArchForCausalLM(config), model)
 
 
 def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
     """The standard valuearch decoder -> Llama. Refuses a model that uses any non-Llama option."""
-    standard = ValueArchConfig(**{name: getattr(model.config, name) for name in LLAMA_FIELDS})
+    standard = ValueArchConfig(**carried_fields(model.config, LlamaConfig))
     differing = sorted(name for name in VALUEARCH_OPTION_FIELDS if getattr(model.config, name) != getattr(standard, name))
     if differing or model.config.model_type != "valuearch":
         raise ValueError(
             f"only a standard 'valuearch' model converts to Llama; this {model.config.model_type!r} model sets "
             f"{differing} away from the Llama defaults"
         )
-    fields = {name: getattr(model.config, name) for name in LLAMA_FIELDS}
-    return _with_weights(LlamaForCausalLM(LlamaConfig(**fields)), model)
+    return copy_weights(LlamaForCausalLM(LlamaConfig(**carried_fields(model.config, LlamaConfig))), model)
 
 
 # target name -> converter from a standard-or-family valuearch model. Architectures add theirs.

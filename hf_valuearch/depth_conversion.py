@@ -17,28 +17,10 @@ import torch
 from torch import nn
 
 from .configuration_valuearch import AttnResConfig, RdAttnResConfig
+from .conversion_common import carried_fields, copy_weights
 from .modeling_valuearch import AttnResForCausalLM, RdAttnResForCausalLM
 
 _DEPTH_FIELDS = ("depth_routing", "attnres_block_size", "value_route")
-_NOT_CARRIED = ("architectures", "transformers_version", "auto_map", "model_type", *_DEPTH_FIELDS)
-
-
-def _carried_fields(source_config, target_config_class) -> dict:
-    """The source config's fields that the target config also has (backbone and the other axes)."""
-    return {
-        name: value
-        for name, value in source_config.to_dict().items()
-        if name in target_config_class.__dataclass_fields__ and name not in _NOT_CARRIED
-    }
-
-
-def _load_same_weights(target: nn.Module, source: nn.Module, new_parameters: str) -> nn.Module:
-    """Copy every source weight into `target`; only parameters whose names contain `new_parameters` may be new."""
-    missing, unexpected = target.load_state_dict(source.state_dict(), strict=False)
-    missing = [name for name in missing if new_parameters not in name and name != "lm_head.weight"]
-    if missing or unexpected:
-        raise ValueError(f"cannot convert {type(source).__name__}: missing {missing}, unexpected {unexpected}")
-    return target.to(next(source.parameters()).dtype).eval()
 
 
 def valuearch_to_attnres(model: nn.Module, attnres_block_size: int | None = None) -> AttnResForCausalLM:
@@ -46,11 +28,11 @@ def valuearch_to_attnres(model: nn.Module, attnres_block_size: int | None = None
     its other axes (value path, mixers) carry over."""
     if model.config.depth_routing != "standard":
         raise ValueError(f"valuearch_to_attnres needs depth_routing='standard', got {model.config.depth_routing!r}")
-    fields = _carried_fields(model.config, AttnResConfig)
+    fields = carried_fields(model.config, AttnResConfig, exclude=_DEPTH_FIELDS)
     if attnres_block_size is not None:
         fields["attnres_block_size"] = attnres_block_size
     target = AttnResForCausalLM(AttnResConfig(**fields))
-    return _load_same_weights(target, model, new_parameters="route_")
+    return copy_weights(target, model, new_parameters=("route_",))
 
 
 def attnres_to_rd_attnres(model: AttnResForCausalLM, value_route: str = "learned") -> RdAttnResForCausalLM:
@@ -60,9 +42,9 @@ def attnres_to_rd_attnres(model: AttnResForCausalLM, value_route: str = "learned
         raise ValueError(f"value_route={value_route!r} cannot start tied: allowed are 'learned', 'tied', 'average'")
     if model.config.depth_routing != "block_attnres":
         raise ValueError(f"attnres_to_rd_attnres needs depth_routing='block_attnres', got {model.config.depth_routing!r}")
-    fields = _carried_fields(model.config, RdAttnResConfig)
+    fields = carried_fields(model.config, RdAttnResConfig, exclude=_DEPTH_FIELDS)
     config = RdAttnResConfig(**fields, attnres_block_size=model.config.attnres_block_size, value_route=value_route)
-    target = _load_same_weights(RdAttnResForCausalLM(config), model, new_parameters="value_route_query")
+    target = copy_weights(RdAttnResForCausalLM(config), model, new_parameters=("value_route_query",))
     with torch.no_grad():
         for layer in target.model.layers:
             if hasattr(layer.router, "value_route_query"):

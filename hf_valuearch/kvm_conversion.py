@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import torch
 
-from .configuration_valuearch import KvmConfig, ValueArchConfig
+from .configuration_valuearch import KvmConfig
+from .conversion_common import carried_fields, copy_weights
 from .modeling_valuearch import KvmForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -31,10 +31,7 @@ def llama_to_kvm(model, **kvm_fields) -> KvmForCausalLM:
     says so). `kvm_fields` override any `kvm_*` field (chunk size, schedule, ...).
     """
     source = model.config
-    field_names = {field.name for field in dataclasses.fields(ValueArchConfig)}
-    fields = {name: getattr(source, name) for name in field_names if hasattr(source, name)}
-    fields.pop("mixer_types", None)
-    fields.pop("sliding_window", None)
+    fields = carried_fields(source, KvmConfig, exclude=("mixer_types", "sliding_window"))
     rope_parameters = dict(source.rope_parameters)
     rope_parameters.setdefault("partial_rotary_factor", getattr(source, "partial_rotary_factor", None) or 1.0)
     fields.update(
@@ -45,11 +42,7 @@ def llama_to_kvm(model, **kvm_fields) -> KvmForCausalLM:
         **kvm_fields,
     )
     config = KvmConfig(**fields)
-    converted = KvmForCausalLM(config).to(dtype=model.dtype).eval()
-    missing, unexpected = converted.load_state_dict(model.state_dict(), strict=False)
-    new_parameters = ("sequence_mixer.",)
-    if unexpected or any(not any(part in key for part in new_parameters) for key in missing):
-        raise ValueError(f"llama_to_kvm: weights do not match (missing {missing}, unexpected {unexpected}).")
+    converted = copy_weights(KvmForCausalLM(config), model, new_parameters=("sequence_mixer.",))
     with torch.no_grad():
         for layer in converted.model.layers:
             mixer = layer.self_attn.sequence_mixer
@@ -59,7 +52,5 @@ def llama_to_kvm(model, **kvm_fields) -> KvmForCausalLM:
                 mixer.state_temperature.fill_(1.0)
                 mixer.window_temperature.fill_(1.0)
             mixer.state_key_norm.reset_parameters()
-    if getattr(source, "tie_word_embeddings", False):
-        converted.tie_weights()
     logger.warning(BEYOND_WINDOW_WARNING.format(window=config.kvm_window_chunks * config.kvm_chunk_size))
     return converted

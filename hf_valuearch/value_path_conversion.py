@@ -8,9 +8,9 @@
 `model` is a transformers `LlamaForCausalLM` or a `ValueArchForCausalLM` with the standard value path (or, for
 `to_bov`, an x0-substitutive one). The backbone (sizes, norms, mixers, depth routing) is copied field by field.
 
-Caveat for `to_satformer`: with W_alpha = 0 every gate logit is exactly 0, where ReLU's gradient is 0, so plain
-gradient training never opens the gates. Pass `gate_init_std > 0` (SATFormer's own init is N(0, 0.02)) to
-train them, at the price of logits that no longer equal the source's at step 0.
+`to_satformer`: with W_alpha = 0 every gate logit is exactly 0; the gate's ReLU passes gradient at 0 (see
+`GatedV1Values.forward`), so training opens the gates from there. `gate_init_std > 0` uses SATFormer's own
+random init N(0, 0.02) instead, at the price of logits that no longer equal the source's at step 0.
 """
 
 from __future__ import annotations
@@ -18,36 +18,26 @@ from __future__ import annotations
 import torch
 
 from .configuration_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
+from .conversion_common import carried_fields, copy_weights
 from .modeling_valuearch import BovForCausalLM, ResFormerForCausalLM, SatFormerForCausalLM
 from .value_paths import align_value_tables
 
 VALUE_PATH_FIELDS = ("value_source", "value_mix", "value_coefficients", "value_coefficient_init", "value_layers")
-_NOT_COPIED = {"model_type", "architectures", "auto_map", "transformers_version", "_name_or_path", "dtype"}
-
-
 def _valuearch_config(config) -> ValueArchConfig:
     """The source config as a ValueArchConfig (a LlamaConfig maps field by field; the defaults are Llama's)."""
     if isinstance(config, ValueArchConfig):
         return config
-    known = ValueArchConfig(num_hidden_layers=1, hidden_size=8, intermediate_size=8, num_attention_heads=1).to_dict()
-    return ValueArchConfig(**{k: v for k, v in config.to_dict().items() if k in known and k not in _NOT_COPIED})
+    return ValueArchConfig(**carried_fields(config, ValueArchConfig))
 
 
 def _backbone(config: ValueArchConfig) -> dict:
     """Every field of `config` except the value path: what a conversion keeps."""
-    return {k: v for k, v in config.to_dict().items() if k not in _NOT_COPIED and k not in VALUE_PATH_FIELDS}
+    return carried_fields(config, ValueArchConfig, exclude=VALUE_PATH_FIELDS)
 
 
 def _convert(model, target_class, target_config):
-    """A `target_class` model with every weight of `model`; returns it and the names of its new parameters."""
-    target = target_class(target_config).to(dtype=model.dtype, device=model.device).eval()
-    result = target.load_state_dict(model.state_dict(), strict=False)
-    if result.unexpected_keys:
-        raise ValueError(f"conversion to {target_config.model_type}: weights without a place: {result.unexpected_keys}")
-    if any(".value_path." not in key for key in result.missing_keys):
-        raise ValueError(f"conversion to {target_config.model_type}: backbone weights missing: {result.missing_keys}")
-    target.tie_weights()
-    return target, result.missing_keys
+    """A `target_class` model with every weight of `model`; only value-path parameters are new."""
+    return copy_weights(target_class(target_config), model, new_parameters=(".value_path.",))
 
 
 def _standard_source(model, target: str) -> ValueArchConfig:
@@ -64,13 +54,13 @@ def to_resformer(model) -> ResFormerForCausalLM:
     """ResFormer on every layer >= 1 with learnable lambdas initialised to the identity: V' = 1 * V + 0 * V1."""
     config = _standard_source(model, "resformer")
     target_config = ResFormerConfig(**_backbone(config), value_coefficients="learnable", value_coefficient_init=[1.0, 0.0])
-    return _convert(model, ResFormerForCausalLM, target_config)[0]
+    return _convert(model, ResFormerForCausalLM, target_config)
 
 
 def to_satformer(model, gate_init_std: float = 0.0) -> SatFormerForCausalLM:
     """SATFormer on every layer >= 1 with W_alpha ~ N(0, gate_init_std); 0 (default) keeps the logits identical."""
     config = _standard_source(model, "satformer")
-    target, _ = _convert(model, SatFormerForCausalLM, SatFormerConfig(**_backbone(config)))
+    target = _convert(model, SatFormerForCausalLM, SatFormerConfig(**_backbone(config)))
     with torch.no_grad():
         for layer in target.model.layers:
             if hasattr(layer.self_attn.value_path, "v1_gate"):
@@ -92,7 +82,7 @@ def to_bov(model) -> BovForCausalLM:
             "conversion to bov needs a standard or an x0 W_V-substitutive model; got value_source="
             f"{config.value_source!r}, value_mix={config.value_mix!r}."
         )
-    target, _ = _convert(model, BovForCausalLM, BovConfig(**_backbone(config), **value_path))
+    target = _convert(model, BovForCausalLM, BovConfig(**_backbone(config), **value_path))
     align_value_tables(target.model)
     return target
 

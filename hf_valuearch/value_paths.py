@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers import initialization as init
 
 
@@ -197,7 +196,9 @@ class GatedV1Values(ResidualValues):
 
     def forward(self, value_input, v_proj, value_context=None):
         values = self.residual_values(value_input, v_proj)
-        gate = F.relu(self.v1_gate(value_input))  # [B, T, H_kv]
+        # ReLU written as clamp: the same values, but a gradient of 1 at exactly 0 (clamp's convention, where
+        # F.relu's is 0), so all-zero gate weights (a converted model) still receive gradient and can open.
+        gate = self.v1_gate(value_input).clamp(min=0)  # [B, T, H_kv]
         with torch.no_grad():
             self.last_gate_mean = gate.detach().float().mean(dim=(0, 1))
             self.last_gate_zero_fraction = (gate.detach() == 0).float().mean(dim=(0, 1))

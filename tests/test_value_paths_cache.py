@@ -130,6 +130,22 @@ def test_llama_to_resformer_and_satformer_start_identical(llama):
     assert not torch.allclose(opened(ids).logits, expected)
 
 
+def test_converted_satformer_gates_open_under_training(llama):
+    """Zero gate weights give identical logits, and still get gradient: the gates open as the model trains."""
+    satformer = to_satformer(llama).train()
+    gates = [layer.self_attn.value_path.v1_gate.weight for layer in satformer.model.layers[1:]]
+    optimizer = torch.optim.SGD(gates, lr=1.0)
+    ids = random_ids(4, 12)
+    for _ in range(3):
+        optimizer.zero_grad()
+        satformer(ids, labels=ids).loss.backward()
+        assert all(gate.grad.abs().sum() > 0 for gate in gates)
+        optimizer.step()
+    satformer(ids)
+    gate_means = [layer.self_attn.value_path.last_gate_mean for layer in satformer.model.layers[1:]]
+    assert all((mean > 0).any() for mean in gate_means)
+
+
 def test_llama_to_bov_starts_from_the_aligned_tables(llama):
     bov = to_bov(llama)
     embeddings = llama.model.embed_tokens.weight
