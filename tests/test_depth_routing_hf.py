@@ -11,8 +11,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 from hf_valuearch import AttnResForCausalLM, RdAttnResForCausalLM
 from hf_valuearch.compat import output_cache
 from hf_valuearch.conversion import convert
-from hf_valuearch.depth_conversion import attnres_to_rd_attnres
-from hf_valuearch.depth_logging import DepthRouteLoggingCallback
+from hf_valuearch.conversion.depth_routing import attnres_to_rd_attnres
+from hf_valuearch.training.depth_logging import DepthRouteLoggingCallback
 from hf_valuearch.depth_routing import record_depth_routes
 from scripts.convert import main as convert_main
 from tests.common import TINY, prefill_then_decode, random_ids, tiny_model

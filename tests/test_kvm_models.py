@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from hf_valuearch import MODEL_TYPES, ValueArchConfig, ValueArchForCausalLM
 from hf_valuearch.compat import output_cache
 from hf_valuearch.conversion import convert_checkpoint
-from hf_valuearch.kvm_conversion import llama_to_kvm
+from hf_valuearch.conversion.kvm import llama_to_kvm
 from hf_valuearch.training import load_config
 from tests.common import TINY, left_pad, prefill_then_decode, random_ids, tiny_model
 

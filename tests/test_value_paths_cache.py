@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from hf_valuearch import place_value_tables
 from hf_valuearch.cache_valuearch import KeysAndTokenIdsLayer, SlidingKeysAndTokenIdsLayer
 from hf_valuearch.compat import output_cache
-from hf_valuearch.value_path_conversion import to_bov, to_resformer, to_satformer
+from hf_valuearch.conversion.value_paths import to_bov, to_resformer, to_satformer
 from tests.common import TINY, left_pad, prefill_then_decode, random_ids, tiny_model
 
 PRESETS = {

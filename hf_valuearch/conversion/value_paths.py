@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from .configuration_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
-from .conversion_common import carried_fields, copy_weights
-from .modeling_valuearch import BovForCausalLM, ResFormerForCausalLM, SatFormerForCausalLM
-from .value_paths import align_value_tables
+from ..configuration_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
+from ..modeling_valuearch import BovForCausalLM, ResFormerForCausalLM, SatFormerForCausalLM
+from ..value_paths import align_value_tables
+from .common import carried_fields, copy_weights
 
 VALUE_PATH_FIELDS = ("value_source", "value_mix", "value_coefficients", "value_coefficient_init", "value_layers")
 def _valuearch_config(config) -> ValueArchConfig:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
-from .depth_routing import BlockAttnResRouter, record_depth_routes
+from ..depth_routing import BlockAttnResRouter, record_depth_routes
 
 
 class DepthRouteLoggingCallback(TrainerCallback):

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from . import MODEL_TYPES
-from .configuration_valuearch import ValueArchConfig
-from .conversion_common import carried_fields, copy_weights
-from .depth_conversion import to_rd_attnres, valuearch_to_attnres
-from .kvm_conversion import llama_to_kvm
-from .modeling_valuearch import ValueArchForCausalLM
-from .value_path_conversion import to_bov, to_resformer, to_satformer
+from .. import MODEL_TYPES
+from ..configuration_valuearch import ValueArchConfig
+from ..modeling_valuearch import ValueArchForCausalLM
+from .common import carried_fields, copy_weights
+from .depth_routing import to_rd_attnres, valuearch_to_attnres
+from .kvm import llama_to_kvm
+from .value_paths import to_bov, to_resformer, to_satformer
 
 # Fields that only valuearch has (decoder options and the three axes): all must be at their defaults for Llama.
 VALUEARCH_OPTION_FIELDS = sorted(set(ValueArchConfig.__dataclass_fields__) - set(LlamaConfig.__dataclass_fields__))
@@ -52,13 +52,13 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
 CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
     "valuearch": lambda model: model,
     "llama": valuearch_to_llama,
-    # value paths (value_path_conversion.py)
+    # value paths (conversion/value_paths.py)
     "bov": to_bov,
     "resformer": to_resformer,
     "satformer": to_satformer,
-    # sequence mixers (kvm_conversion.py)
+    # sequence mixers (conversion/kvm.py)
     "kvm": llama_to_kvm,
-    # depth routing (depth_conversion.py): zero pseudo-queries / a V route that starts tied
+    # depth routing (conversion/depth_routing.py): zero pseudo-queries / a V route that starts tied
     "attnres": valuearch_to_attnres,
     "rd_attnres": to_rd_attnres,
 }

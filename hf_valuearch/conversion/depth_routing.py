@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .configuration_valuearch import AttnResConfig, RdAttnResConfig
-from .conversion_common import carried_fields, copy_weights
-from .modeling_valuearch import AttnResForCausalLM, RdAttnResForCausalLM
+from ..configuration_valuearch import AttnResConfig, RdAttnResConfig
+from ..modeling_valuearch import AttnResForCausalLM, RdAttnResForCausalLM
+from .common import carried_fields, copy_weights
 
 _DEPTH_FIELDS = ("depth_routing", "attnres_block_size", "value_route")
 

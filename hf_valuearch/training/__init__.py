@@ -22,8 +22,8 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
 
-from . import MODEL_TYPES
-from .model_card import write_model_card
+from .. import MODEL_TYPES
+from ..cards import write_model_card
 
 TEXT_SUFFIXES = {".txt", ".rst", ".md", ".text", ".jsonl"}
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: the configs' pad/bos/eos defaults

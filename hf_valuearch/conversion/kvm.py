@@ -6,9 +6,9 @@ import logging
 
 import torch
 
-from .configuration_valuearch import KvmConfig
-from .conversion_common import carried_fields, copy_weights
-from .modeling_valuearch import KvmForCausalLM
+from ..configuration_valuearch import KvmConfig
+from ..modeling_valuearch import KvmForCausalLM
+from .common import carried_fields, copy_weights
 
 logger = logging.getLogger(__name__)
 
