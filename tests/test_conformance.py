@@ -5,6 +5,11 @@ Shapes are those of transformers' common model tests: vocab 99, hidden 32, inter
 2 KV heads; KVM layers get a window of one 4-token chunk, so that 9 tokens already merge into their state.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -58,6 +63,18 @@ def test_gradient_checkpointing_gives_the_same_gradients(model_type, use_reentra
     for name, grad in expected.items():
         assert checkpointed[name] is not None, name
         torch.testing.assert_close(checkpointed[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_ddp_with_gradient_checkpointing_trains_every_model_type_as_one_process_does():
+    """2 CPU processes (gloo), find_unused_parameters=False, both use_reentrant values: tests/ddp_worker.py."""
+    worker = Path(__file__).with_name("ddp_worker.py")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.stdout.count("ddp ok") == len(MODEL_TYPES)
 
 
 # --- initialisation and resizing ------------------------------------------------------------------------------
