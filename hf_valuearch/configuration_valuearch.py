@@ -165,6 +165,12 @@ class ValueArchConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.validate_valuearch()
 
+    def validate(self):
+        """transformers' checks, then `validate_valuearch`; `save_pretrained` calls this, so a field changed after
+        construction is checked before it is saved."""
+        super().validate()
+        self.validate_valuearch()
+
     @property
     def rotary_dim(self) -> int:
         """Number of leading dimensions of each head that RoPE rotates (even)."""
