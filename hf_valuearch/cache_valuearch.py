@@ -114,6 +114,12 @@ class ValueArchCache(Cache):
     def __init__(self, config):
         super().__init__(layers=[cache_layer_for(config, i) for i in range(config.num_hidden_layers)])
 
+    def nbytes(self) -> int:
+        """Bytes of the tensors every layer holds (what `cache_bytes` predicts)."""
+        return sum(layer.nbytes() if isinstance(layer, KVMCacheLayer)
+                   else sum(t.numel() * t.element_size() for t in (layer.keys, layer.values) if t is not None)
+                   for layer in self.layers)
+
 
 def check_cache(config, cache) -> None:
     """Raise ValueError if `cache` cannot serve the layers of `config`: KVM and BoV table layers keep what only their
@@ -126,12 +132,6 @@ def check_cache(config, cache) -> None:
             f"layers {own_layers} (KVM state / BoV token ids) need a ValueArchCache, got {type(cache).__name__}; "
             "pass no cache (the model builds its ValueArchCache) or ValueArchCache(config)."
         )
-
-    def nbytes(self) -> int:
-        """Bytes of the tensors every layer holds (what `cache_bytes` predicts)."""
-        return sum(layer.nbytes() if isinstance(layer, KVMCacheLayer)
-                   else sum(t.numel() * t.element_size() for t in (layer.keys, layer.values) if t is not None)
-                   for layer in self.layers)
 
 
 TOKEN_ID_BYTES = 8  # table layers cache int64 token ids
