@@ -33,7 +33,7 @@ from transformers import initialization as init
 
 
 def token_x0(embeddings: torch.Tensor, eps: float) -> torch.Tensor:
-    """x0 = RMSNorm(e), parameter-free, computed in float32 (BoV: `x0 = norm(wte(idx))`). [..., D] -> same."""
+    """x0 = RMSNorm(e), parameter-free, computed in float32 (BoV: `norm(x0)`). [..., D] -> same."""
     x = embeddings.float()
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(embeddings.dtype)
 
@@ -43,7 +43,8 @@ class ValueContext:
     """Per-forward inputs of the value paths, threaded from the model through every decoder layer.
 
     token_ids: [B, T] ids of the tokens of this forward (table layers).
-    x0: [B, T, D] = RMSNorm(embeddings), computed once per forward when a layer reads it.
+    x0: [B, T, D] = RMSNorm(decoder input), computed once per forward when a layer reads it; the decoder input is
+        the embeddings, after the backbone's embedding norm and smear where set (BoV's `norm(x0)`).
     v1: [B, T, H_kv, D_head], written by layer 0 when a later layer reads V1.
     """
 
@@ -52,7 +53,7 @@ class ValueContext:
     v1: torch.Tensor | None = None
 
 
-def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> ValueContext:
+def build_value_context(model, input_ids: torch.Tensor | None, decoder_inputs: torch.Tensor) -> ValueContext:
     """The context of one forward of `model` (a `ValueArchModel`); checks that table layers get token ids that
     lie inside their tables."""
     config = model.config
@@ -69,7 +70,7 @@ def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: to
                 f"input_ids must index the value tables, which have {value_table_rows} rows; got values in "
                 f"[{int(input_ids.min())}, {int(input_ids.max())}]."
             )
-    x0 = token_x0(inputs_embeds, config.rms_norm_eps) if config.value_source == "x0" else None
+    x0 = token_x0(decoder_inputs, config.rms_norm_eps) if config.value_source == "x0" else None
     return ValueContext(token_ids=input_ids, x0=x0)
 
 
