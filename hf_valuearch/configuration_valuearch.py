@@ -182,6 +182,10 @@ class ValueArchConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.validate_valuearch()
 
+    def _validate_linspace_rope_parameters(self, rope_parameters: dict, ignore_keys: set | None = None):
+        """rope_type "linspace" (KVM-paper frequencies, `ValueArchRotaryEmbedding`) takes the keys of "default"."""
+        self._validate_default_rope_parameters(rope_parameters, ignore_keys=ignore_keys)
+
     @property
     def rotary_dim(self) -> int:
         """Number of leading dimensions of each head that RoPE rotates (even)."""
@@ -422,12 +426,18 @@ class KvmConfig(ValueArchConfig):
     The other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7). From the paper's attention
     block the preset takes what the mechanism depends on: per-head LayerNorm of q and k (`ln_q`, `ln_k`,
     spec A.1) and partial RoPE over the first half of each head (`rope_partial_dim=64` of 128, spec A.1),
-    whose rotary half the state keys zero.
+    whose rotary half the state keys zero, with the paper's frequencies (1/θ)^linspace(0, 1, n), θ = 10000
+    (rope_type "linspace", unless `rope_parameters` is given).
     """
 
     model_type = "kvm"
     default_mixer_type = "kvm"
     partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
+
+    def __post_init__(self, **kwargs):
+        if self.rope_parameters is None:  # rwkv7_backbone.py RotaryEmbedding; rope_theta 10000 (configs/prolong)
+            self.rope_parameters = {"rope_type": "linspace"}
+        super().__post_init__(**kwargs)
     qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
     qk_norm_eps: float | None = 1e-5  # value_residual_mixin.py: ln_q, ln_k = nn.LayerNorm(d_head), eps 1e-5
 

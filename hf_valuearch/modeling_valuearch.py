@@ -123,7 +123,11 @@ class EmbeddingSmear(nn.Module):
 
 
 class ValueArchRotaryEmbedding(nn.Module):
-    """RoPE (Su et al., 2021) over the first `config.rotary_dim` dimensions of each head."""
+    """RoPE (Su et al., 2021) over the first `config.rotary_dim` dimensions of each head.
+
+    Frequencies by `rope_parameters["rope_type"]`: "default" (θ^(-2i/r)), "linspace" (KVM-paper's (1/θ)^(i/(n-1)))
+    or any of transformers' `ROPE_INIT_FUNCTIONS`.
+    """
 
     def __init__(self, config: ValueArchConfig):
         super().__init__()
@@ -131,9 +135,10 @@ class ValueArchRotaryEmbedding(nn.Module):
         self.max_seq_len_cached = config.max_position_embeddings
         self.original_max_seq_len = config.max_position_embeddings
         self.rope_type = config.rope_parameters["rope_type"]
-        rope_init_fn = (self.compute_default_rope_parameters if self.rope_type == "default"
-                        else ROPE_INIT_FUNCTIONS[self.rope_type])
-        inv_freq, self.attention_scaling = rope_init_fn(config)
+        own_rope_types = {"default": self.compute_default_rope_parameters,
+                          "linspace": self.compute_linspace_rope_parameters}
+        self.rope_init_fn = own_rope_types.get(self.rope_type) or ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = self.rope_init_fn(config)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
 
@@ -144,6 +149,15 @@ class ValueArchRotaryEmbedding(nn.Module):
         dim = config.rotary_dim
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
         return inv_freq, 1.0
+
+    @staticmethod
+    def compute_linspace_rope_parameters(config: ValueArchConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
+        """inv_freq_i = (1/θ)^(i/(n-1)), i < n = rotary_dim / 2: n frequencies from 1 down to 1/θ, both included
+        (KVM-paper `RotaryEmbedding`: `(1 / base) ** linspace(0, 1, n)`, float32). Equal to "default" with
+        θ' = θ^(n/(n-1)) up to float32 rounding; this type gives the paper's float32 values exactly."""
+        base = config.rope_parameters["rope_theta"]
+        steps = config.rotary_dim // 2
+        return (1 / base) ** torch.linspace(0.0, 1.0, steps=steps, dtype=torch.float32, device=device), 1.0
 
     @torch.no_grad()
     @dynamic_rope_update
@@ -370,6 +384,11 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
 
     def _init_weights(self, module):
+        if isinstance(module, ValueArchRotaryEmbedding):  # our own rope types included (transformers knows "default")
+            inv_freq, _ = module.rope_init_fn(module.config, device=module.inv_freq.device)
+            init.copy_(module.inv_freq, inv_freq)
+            init.copy_(module.original_inv_freq, inv_freq)
+            return
         super()._init_weights(module)
         if hasattr(module, "init_valuearch_weights"):  # mechanism parameters transformers does not know
             module.init_valuearch_weights(init)
