@@ -1,23 +1,21 @@
 """Block AttnRes / RD-AttnRes through the transformers paths: cache, generate, gradient checkpointing,
-save/load, conversion (in memory and scripts/convert.py), Trainer logging, bfloat16."""
+save/load, conversion (in memory and scripts/convert.py), bfloat16 (Trainer logging: test_diagnostics.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_valuearch import AttnResForCausalLM, RdAttnResForCausalLM
 from hf_valuearch.compat import output_cache
 from hf_valuearch.conversion import convert
 from hf_valuearch.conversion.depth_routing import attnres_to_rd_attnres
-from hf_valuearch.training.depth_logging import DepthRouteLoggingCallback
 from hf_valuearch.depth_routing import record_depth_routes
 from scripts.convert import main as convert_main
 from tests.common import TINY, prefill_then_decode, random_ids, tiny_model
 from tests.test_depth_routing import randomize_routes
-from tests.test_training import RepeatedSequences
 
 ROUTED = [("attnres", {}), ("rd_attnres", {"value_route": "learned"}), ("rd_attnres", {"value_route": "frozen"})]
 ROUTED_IDS = ["attnres", "rd_learned", "rd_frozen"]
@@ -109,25 +107,6 @@ def test_convert_script_llama_to_rd_attnres(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(converted(ids).logits, source(ids).logits, rtol=1e-5, atol=1e-5)
     assert converted.lm_head.weight.data_ptr() == converted.model.embed_tokens.weight.data_ptr()
-
-
-def test_trainer_logs_depth_diagnostics(tmp_path):
-    model = tiny_model("rd_attnres").train()
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4,
-                             learning_rate=1e-2, use_cpu=True, report_to=[], logging_steps=2, save_strategy="no",
-                             disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=RepeatedSequences(),
-                      callbacks=[DepthRouteLoggingCallback()])
-    trainer.train()
-    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
-    assert len(logged) == 2
-    for entry in logged:
-        assert {f"depth/layer_{i}/qk_value_js" for i in range(3)} <= set(entry)
-        assert 0 <= entry["depth/mean_qk_value_js"] <= torch.log(torch.tensor(2.0)).item()
-        assert 0 < entry["depth/layer_0/attention_qk_embedding_weight"] <= 1
-    # the learned value route has moved away from the Q/K route (both start at zero: JS 0 at step 0)
-    assert logged[-1]["depth/mean_qk_value_js"] > 0
-    assert not model.model.layers[0].router.record_routes  # switched off at the end of training
 
 
 def test_bfloat16_training_step():

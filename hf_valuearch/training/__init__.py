@@ -23,12 +23,13 @@ from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, get_last_checkpoint, rotate_checkpoints
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
 from .accounting import flops_per_token, parameter_split
 from .data import DEFAULT_CORPUS, HeldOutBlocks, PackedStream, training_texts
+from .diagnostics import DiagnosticsCallback
 from .optim import OptimizerRecipe, build_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -190,6 +191,11 @@ class AtomicCheckpointTrainer(Trainer):
         """The training loss summed over every step of the run so far, before a resume included."""
         return self.loss_before_resume + self._total_loss_scalar + float(self._tr_loss)
 
+    def log(self, logs: dict, *args, **kwargs):
+        if "eval_loss" in logs:  # bits per byte of the held-out text: nats/token / ln 2 * tokens/byte
+            logs["eval_bpb"] = logs["eval_loss"] / math.log(2) * self.eval_dataset.tokens_per_byte
+        super().log(logs, *args, **kwargs)
+
     def _save_checkpoint(self, model, trial):
         run_dir = self._get_output_dir(trial=trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -288,6 +294,8 @@ def pretrain(
     args.max_steps, budget = plan_steps(config, args, block_size, max_steps, tokens, flops)
     if "logging_steps" not in arguments:
         args.logging_steps = max(1, args.max_steps // 20)
+    if "eval_strategy" not in arguments:  # held-out loss and bits per byte ten times per run
+        args.eval_strategy, args.eval_steps = IntervalStrategy.STEPS, max(1, args.max_steps // 10)
     done = finished_metrics(output, args.max_steps)
     if done is not None:
         print(f"nothing to do: {output / 'final'} already holds this run, trained for {done['global_step']} steps "
@@ -311,7 +319,7 @@ def pretrain(
               f"data: {DEFAULT_CORPUS if data is None else data}; {len(eval_data)} held-out blocks of {block_size} tokens")
     stop = StopOnSignal()
     trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
-                                      callbacks=[stop], recipe=recipe)
+                                      callbacks=[stop, DiagnosticsCallback(output)], recipe=recipe)
     last_checkpoint = get_last_checkpoint(str(output)) if output.is_dir() else None
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
     if stop.received is not None:

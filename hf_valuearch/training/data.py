@@ -193,7 +193,8 @@ class PackedStream(torch.utils.data.IterableDataset):
 
 
 class HeldOutBlocks(torch.utils.data.Dataset):
-    """The held-out blocks, materialised (at most `max_blocks` of them): a fixed eval set."""
+    """The held-out blocks, materialised (at most `max_blocks` of them): a fixed eval set. `tokens_per_byte`
+    (UTF-8 bytes of the decoded text; special tokens have none) turns its loss into bits per byte."""
 
     def __init__(self, stream: PackedStream):
         self.blocks = [item["input_ids"] for item in stream]
@@ -201,6 +202,9 @@ class HeldOutBlocks(torch.utils.data.Dataset):
             raise ValueError(f"--data {stream.data!r} is too small for one held-out block of {stream.block_size} "
                              f"tokens (documents 0, {EVAL_EVERY}, ... are held out); give more text or a smaller "
                              "--block_size")
+        text_bytes = sum(len(stream.tokenizer.decode(block, skip_special_tokens=True).encode("utf-8"))
+                         for block in self.blocks)
+        self.tokens_per_byte = sum(len(block) for block in self.blocks) / max(text_bytes, 1)
 
     def __len__(self):
         return len(self.blocks)
