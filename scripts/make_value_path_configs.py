@@ -58,8 +58,36 @@ def backbone(depth: int, hidden: int, heads: int, vocab: int, window: int, seq: 
     )
 
 
+def nanochat_recipe(muon_lr: float, scalar_lr: float, weight_decay: float, batch_tokens: int, seq: int, **budget):
+    """BoV's training setup (Table 6, spec_value_paths.md §1.2 / §1.4): Muon for the matrices, AdamW (nanochat's
+    lrs at d = 768; the 780M rates are Table 6's) for embedding, head, value tables (embedding lr / 2, betas
+    (0.8, 0.995), wd 0.01) and scalars (betas (0.96, 0.95)); warmup 40 steps, warmdown over the last 65% to 5%.
+    nanochat's norms have no weights: ours stay at their initial 1 (lr 0)."""
+    return {
+        "optimizer": {
+            "optimizer": "muon",
+            "lr": {"matrices": muon_lr, "embeddings": 0.3, "head": 0.008, "value_tables": 0.15, "scalars": scalar_lr,
+                   "norms": 0.0},
+            "weight_decay": {"matrices": weight_decay, "value_tables": 0.01},
+            "betas": {"embeddings": [0.8, 0.995], "head": [0.8, 0.995], "value_tables": [0.8, 0.995],
+                      "scalars": [0.96, 0.95]},
+            "warmup_steps": 40, "warmdown_fraction": 0.65, "final_lr_fraction": 0.05,
+        },
+        "block_size": seq, "batch_sequences": batch_tokens // seq, **budget,
+        "data": "hf:karpathy/climbmix-400b-shuffle",
+    }
+
+
+RECIPES = {  # the tiny twin: the same recipe on a budget a CPU trains in about a minute
+    "tiny": {**nanochat_recipe(0.02, 0.5, 0.28, 8 * 128, 128, max_steps=120), "data": None},
+    "135m": nanochat_recipe(0.02, 0.5, 0.28, 2**19, 2048, flops=1.5e18),  # BoV §5: 1.5e18 FLOPs, 1.97B tokens
+    "780m": nanochat_recipe(0.0283, 0.707, 0.0597, 2**20, 2048, flops=3.91e19),  # BoV Table 2: 3.91e19 FLOPs
+}
+for recipe in RECIPES.values():
+    if recipe["data"] is None:
+        del recipe["data"]
 SIZES = {
-    "tiny": backbone(depth=4, hidden=64, heads=4, vocab=256, window=8, seq=256),
+    "tiny": backbone(depth=4, hidden=64, heads=4, vocab=512, window=8, seq=256),
     "135m": backbone(depth=12, hidden=768, heads=6, vocab=32768, window=512, seq=2048),  # BoV d12
     "780m": backbone(depth=24, hidden=1536, heads=12, vocab=32768, window=512, seq=2048),  # BoV d24
 }
@@ -81,7 +109,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     for size, fields in SIZES.items():
         for name, value_path in variants(size).items():
-            config = {"model_type": "valuearch", **fields, **value_path}
+            config = {"model_type": "valuearch", **fields, **value_path, "training": RECIPES[size]}
             (out / f"{size}_{name}.json").write_text(json.dumps(config, indent=2) + "\n")
 
 

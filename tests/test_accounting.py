@@ -1,11 +1,11 @@
 """Parameter split and FLOPs per token (hf_valuearch/training/accounting.py) on shapes counted by hand, and
 against the BoV paper's token counts for its FLOP budgets."""
 
-import json
 
 import pytest
 
 from hf_valuearch import MODEL_TYPES
+from hf_valuearch.training import load_config
 from hf_valuearch.training.accounting import flops_breakdown, flops_per_token, parameter_split
 from tests.common import REPO
 
@@ -88,8 +88,7 @@ def test_split_covers_every_used_parameter(model_type):
     ("780m_bov", 3.91e19, 8.39e9),  # ... and 8.39B for BoV (its tables are lookups)
 ])
 def test_paper_token_counts(name, budget, tokens):
-    fields = json.loads((REPO / "configs" / "value_paths" / f"{name}.json").read_text())
-    paper_config = MODEL_TYPES[fields.pop("model_type")][0](**fields)
+    paper_config = load_config(str(REPO / "configs" / "value_paths" / f"{name}.json"))
     assert budget / flops_per_token(paper_config, 2048) == pytest.approx(tokens, rel=5e-3)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import math
 from types import SimpleNamespace
 
@@ -18,6 +17,7 @@ from hf_valuearch.depth_routing import (
     record_depth_routes,
 )
 from hf_valuearch.modeling_valuearch import ValueArchRMSNorm
+from hf_valuearch.training import load_config
 from tests.common import random_ids, tiny_config, tiny_model
 
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")
@@ -429,9 +429,8 @@ EXPECTED_SIZES = {"120m": 120e6, "343m": 343e6}
 
 @pytest.mark.parametrize("path", sorted(glob.glob("configs/depth_routing/*.json")))
 def test_config_files_load(path):
-    fields = json.load(open(path))
-    config_class, _, lm_class = MODEL_TYPES[fields.pop("model_type")]
-    config = config_class(**fields)
+    config = load_config(path)
+    lm_class = MODEL_TYPES[config.model_type][2]
     with torch.device("meta"):
         model = lm_class(config)
     size = next((s for key, s in EXPECTED_SIZES.items() if key in path), None)

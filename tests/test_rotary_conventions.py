@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hf_valuearch import KvmConfig
+from hf_valuearch.training import load_config
 from hf_valuearch.modeling_valuearch import ValueArchRotaryEmbedding, apply_rotary_pos_emb
 from tests.common import tiny_config, tiny_model
 
@@ -40,7 +41,7 @@ def test_linspace_frequencies_are_the_papers():
 
 @pytest.mark.parametrize("path", KVM_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_kvm_configs_use_the_papers_frequencies_and_epsilons(path):
-    config = KvmConfig.from_json_file(path)
+    config = load_config(str(path))
     n = config.rotary_dim // 2
     torch.testing.assert_close(ValueArchRotaryEmbedding(config).inv_freq.double(),
                                paper_frequencies(config.rope_parameters["rope_theta"], n), rtol=1e-6, atol=0)

@@ -1,13 +1,13 @@
 """configs/value_paths/: every row of the BoV ablation table (arXiv:2606.02780 Table 1) at tiny and 135M size,
 BoV and the baseline at 780M; the files load, name the right variant, and the tiny ones build and run."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from hf_valuearch import MODEL_TYPES
+from hf_valuearch.training import load_config
 from scripts.make_value_path_configs import main as make_configs
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "value_paths"
@@ -25,8 +25,7 @@ TABLE_1 = {
 
 
 def load(path: Path):
-    data = json.loads(path.read_text())
-    return MODEL_TYPES[data["model_type"]][0].from_json_file(path)
+    return load_config(str(path))
 
 
 def describe(config) -> tuple:

@@ -50,9 +50,14 @@ def check_config_fields(config_class, fields: dict, source: str):
             raise ValueError(f"{source} sets {name!r}, which {config_class.__name__} does not define{hint}")
 
 
+RECIPE_KEYS = {"optimizer", "block_size", "batch_sequences", "max_steps", "tokens", "flops", "training_arguments", "data"}
+
+
 def read_config_file(spec: str) -> tuple[dict, dict]:
     """(config fields, training recipe) of a JSON config file or a model type (its tiny config). A paper preset's
-    file carries its training recipe under "training" (optimizer, schedule, block size, batch, budget)."""
+    file carries its training recipe under "training": "optimizer" (`OptimizerRecipe` fields), "block_size",
+    "batch_sequences" (the global batch), one budget ("max_steps", "tokens" or "flops"), "training_arguments"
+    (e.g. per_device_train_batch_size) and "data" (the corpus the paper used, for the record)."""
     path = Path(spec)
     if spec in MODEL_TYPES:
         path = TINY_CONFIGS / f"{spec}.json"
@@ -61,7 +66,11 @@ def read_config_file(spec: str) -> tuple[dict, dict]:
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     fields = json.loads(path.read_text())
-    return fields, fields.pop("training", {})
+    training = fields.pop("training", {})
+    unknown = set(training) - RECIPE_KEYS
+    if unknown:
+        raise ValueError(f"{path}: \"training\" has unknown keys {sorted(unknown)}; allowed: {sorted(RECIPE_KEYS)}")
+    return fields, training
 
 
 def load_config(spec: str, overrides: dict | None = None):
@@ -291,6 +300,14 @@ def pretrain(
         max_steps, tokens, flops = (preset.get(name) for name in ("max_steps", "tokens", "flops"))
     arguments = {**SCRIPT_DEFAULTS, **preset.get("training_arguments", {}), **training_arguments}
     args = TrainingArguments(output_dir=str(output), **arguments)
+    if "batch_sequences" in preset and "gradient_accumulation_steps" not in training_arguments:
+        # the preset's global batch, whatever the number of processes: accumulate the rest
+        per_step = args.per_device_train_batch_size * args.world_size
+        if preset["batch_sequences"] % per_step:
+            raise ValueError(f"the preset's batch of {preset['batch_sequences']} sequences is not a multiple of "
+                             f"per_device_train_batch_size x processes = {per_step}; change "
+                             "--per_device_train_batch_size or pass --gradient_accumulation_steps")
+        args.gradient_accumulation_steps = preset["batch_sequences"] // per_step
     args.max_steps, budget = plan_steps(config, args, block_size, max_steps, tokens, flops)
     if "logging_steps" not in arguments:
         args.logging_steps = max(1, args.max_steps // 20)
@@ -314,6 +331,8 @@ def pretrain(
     set_seed(args.seed)  # the initial weights are part of the run: same seed, same model
     model = MODEL_TYPES[config.model_type][2](config)
     if args.should_save:
+        if "data" in preset and data != preset["data"]:
+            print(f"note: the paper trained this preset on {preset['data']} (pass --data {preset['data']})")
         split = ", ".join(f"{kind} {count:,}" for kind, count in parameter_split(model).items())
         print(f"model: {config.model_type}, parameters: {split}\n{budget}\n"
               f"data: {DEFAULT_CORPUS if data is None else data}; {len(eval_data)} held-out blocks of {block_size} tokens")
