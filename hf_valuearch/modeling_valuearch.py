@@ -376,6 +376,7 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ValueArchDecoderLayer"]
+    _skip_keys_device_placement = [CACHE_OUTPUT_FIELD]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
@@ -523,6 +524,7 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    _fsdp_plan = {"lm_head": "keep_full_weight"}
 
     def __init__(self, config: ValueArchConfig):
         super().__init__(config)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.cache_utils import DynamicCache
 
 from hf_valuearch import MODEL_TYPES
@@ -226,3 +227,39 @@ def test_export_and_fullgraph_compile_equal_eager(model_type):
         torch.testing.assert_close(compiled(ids, use_cache=False).logits, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="input_ids must lie in"):  # the eager check is still there
         model(ids + SHAPES["vocab_size"])
+
+
+# --- device placement and parallel plans ----------------------------------------------------------------------
+
+
+def alternating_device_map(model, devices: tuple[str, str]) -> dict[str, str]:
+    """Every module of the base model (each decoder layer on its own) on the other device than the one before;
+    the LM head with the embeddings (they may be tied)."""
+    names = [f"model.{name}" for name, _ in model.model.named_children() if name != "layers"]
+    names[1:1] = [f"model.layers.{i}" for i in range(len(model.model.layers))]  # after the embeddings
+    device_map = {name: devices[i % 2] for i, name in enumerate(names)}
+    return {**device_map, "lm_head": device_map["model.embed_tokens"]}
+
+
+@pytest.mark.parametrize("devices", [("cpu", "cpu"), pytest.param(("cpu", "cuda:0"), marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU: splits the model across cpu and cuda"))])
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_device_map_split_gives_the_same_logits_and_generation(model_type, devices, tmp_path):
+    """x0, V1, token ids and depth sources follow the layers across devices (device_map, accelerate's hooks)."""
+    model = conformance_model(model_type).eval()
+    model.save_pretrained(tmp_path)
+    split = type(model).from_pretrained(tmp_path, device_map=alternating_device_map(model, devices)).eval()
+    assert {str(p.device) for p in split.parameters()} == set(devices)
+    ids = conformance_ids()
+    with torch.no_grad():
+        torch.testing.assert_close(split(ids).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-5)
+    assert torch.equal(greedy(split, ids[:1]).cpu(), greedy(model, ids[:1]))
+
+
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_parallel_plans_match_llama(model_type):
+    llama_config = LlamaConfig(**{k: v for k, v in SHAPES.items()})
+    model, llama = conformance_model(model_type), LlamaForCausalLM(llama_config)
+    assert model.fsdp_plan == llama.fsdp_plan
+    assert model.tp_plan == llama.tp_plan
+    assert set(model._skip_keys_device_placement) == set(llama._skip_keys_device_placement)
