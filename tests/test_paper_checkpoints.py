@@ -1,0 +1,96 @@
+"""Checkpoints written by the papers' own code load exactly (`scripts/convert.py --from FORMAT`).
+
+tests/fixtures/<format>/ holds a tiny random checkpoint in each paper's native format and the logits the paper's
+code gave on a probe batch (expected.safetensors); tests/fixtures/README.md says how they were made.
+"""
+
+import json
+import re
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from hf_valuearch.conversion import FORMATS, convert_paper_checkpoint
+from tests.common import REPO, run_script
+
+FIXTURES = REPO / "tests" / "fixtures"
+# format -> the model type its fixture converts to
+EXPECTED_MODEL_TYPES = {"satformer": "satformer", "fla-attnres": "attnres"}
+
+
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_converted_paper_checkpoint_gives_the_papers_logits(tmp_path, capsys, format_name):
+    source = FIXTURES / format_name
+    run_script("convert", "--from", format_name, "--input", str(source), "--output", str(tmp_path / "out"),
+               "--reference-logits", str(source / "expected.safetensors"))
+    printed = capsys.readouterr().out
+    reported = float(re.search(r"max \|logit difference\| against the source's logits in \S+: (\S+)", printed).group(1))
+    assert "exact by construction: yes" in printed and reported <= 1e-4
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()  # our architecture, from disk
+    assert model.config.model_type == EXPECTED_MODEL_TYPES[format_name]
+    expected = load_file(source / "expected.safetensors")
+    with torch.no_grad():
+        logits = model(expected["input_ids"]).logits
+    assert logits.dtype == torch.float32
+    assert (logits - expected["logits"]).abs().max().item() <= 1e-4
+
+
+def test_satformer_keeps_its_tied_head_and_gates():
+    model = convert_paper_checkpoint("satformer", FIXTURES / "satformer")
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    native = load_file(FIXTURES / "satformer" / "model.safetensors")
+    gate = model.model.layers[2].self_attn.value_path.v1_gate.weight
+    assert torch.equal(gate, native["model.layers.2.attn.value_residual_mixing.alpha_proj.weight"])
+    assert model.config.qk_norm == "rmsnorm" and model.config.qk_norm_eps == 1e-5  # fla's RMSNorm default
+
+
+def test_fla_attnres_keeps_its_pseudo_queries():
+    model = convert_paper_checkpoint("fla-attnres", FIXTURES / "fla-attnres")
+    native = load_file(FIXTURES / "fla-attnres" / "model.safetensors")
+    assert model.config.attnres_block_size == 2 and model.config.sliding_window == 6
+    assert torch.equal(model.model.layers[1].router.mlp_route_query, native["model.layers.1.mlp_res_proj.weight"][0])
+    assert torch.equal(model.model.readout.final_route_query, native["model.res_proj.weight"][0])
+
+
+def _edited_copy(tmp_path, format_name, config_changes=None, extra_weight=None):
+    directory = tmp_path / format_name
+    shutil.copytree(FIXTURES / format_name, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(config_changes or {})
+    (directory / "config.json").write_text(json.dumps(config))
+    if extra_weight:
+        weights = load_file(directory / "model.safetensors")
+        weights[extra_weight] = torch.zeros(3)
+        save_file(weights, directory / "model.safetensors")
+    return directory
+
+
+@pytest.mark.parametrize("format_name, edit, message", [
+    ("satformer", {"config_changes": {"value_residual_gate": "sigmoid"}}, "value_residual_gate='sigmoid'"),
+    ("satformer", {"config_changes": {"value_residual_proj_bias": True}}, "value_residual_proj_bias=True"),
+    ("satformer", {"config_changes": {"model_type": "transformer"}}, "format 'satformer' reads 'SATFormer'"),
+    ("fla-attnres", {"config_changes": {"qkv_bias": True}}, "qkv_bias=True"),
+    ("fla-attnres", {"config_changes": {"hidden_act": "powlu"}}, "hidden_act='powlu'"),
+    ("fla-attnres", {"extra_weight": "model.layers.0.attn.extra.weight"}, "model.layers.0.attn.extra.weight"),
+], ids=["gate", "gate-bias", "model-type", "qkv-bias", "activation", "unknown-weight"])
+def test_unsupported_features_are_named_in_one_line(tmp_path, format_name, edit, message):
+    source = _edited_copy(tmp_path, format_name, **edit)
+    with pytest.raises(SystemExit) as exit_info:
+        run_script("convert", "--from", format_name, "--input", str(source), "--output", str(tmp_path / "out"))
+    error = exit_info.value.code
+    assert isinstance(error, str) and "\n" not in error and message in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_fla_checkpoint_without_attnres_is_the_standard_decoder(tmp_path):
+    """attnres_block_size None: fla's plain transformer, whose weights are the same minus the depth routing."""
+    source = _edited_copy(tmp_path, "fla-attnres", {"attnres_block_size": None, "window_size": None})
+    weights = {name: tensor for name, tensor in load_file(source / "model.safetensors").items() if "res_" not in name}
+    save_file(weights, source / "model.safetensors")
+    model = convert_paper_checkpoint("fla-attnres", source)
+    assert model.config.model_type == "valuearch" and model.config.depth_routing == "standard"
+    assert set(model.config.mixer_types) == {"full_attention"}
