@@ -18,7 +18,7 @@ from tests.common import REPO, run_script
 
 FIXTURES = REPO / "tests" / "fixtures"
 # format -> the model type its fixture converts to
-EXPECTED_MODEL_TYPES = {"satformer": "satformer", "fla-attnres": "attnres"}
+EXPECTED_MODEL_TYPES = {"satformer": "satformer", "fla-attnres": "attnres", "nanochat": "bov"}
 
 
 @pytest.mark.parametrize("format_name", sorted(FORMATS))

@@ -28,6 +28,7 @@ from .common import carried_fields, copy_weights
 from .depth_routing import to_rd_attnres, valuearch_to_attnres
 from .fla_checkpoints import load_fla_attnres
 from .kvm import llama_to_kvm
+from .nanochat_checkpoints import load_nanochat
 from .satformer_checkpoints import load_satformer
 from .value_paths import to_bov, to_resformer, to_satformer
 
@@ -163,6 +164,10 @@ FORMATS: dict[str, PaperFormat] = {
                              "relu_gate value path"),
     "fla-attnres": PaperFormat(load_fla_attnres, "fla-org/flash-linear-attention (model type 'transformer')",
                                "every weight maps to one of model type attnres; same block schedule and depth read"),
+    "nanochat": PaperFormat(load_nanochat, "karpathy/nanochat (BoV: RiddleHe/nanochat research/bank_of_values)",
+                            "every weight maps to one of ours on nanochat's backbone fields (c_q / c_k head halves "
+                            "swapped for the rotary direction); long windows are full attention, equal up to "
+                            "sequence_len + 1 tokens"),
 }
 
 
