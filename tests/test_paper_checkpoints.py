@@ -94,3 +94,39 @@ def test_fla_checkpoint_without_attnres_is_the_standard_decoder(tmp_path):
     model = convert_paper_checkpoint("fla-attnres", source)
     assert model.config.model_type == "valuearch" and model.config.depth_routing == "standard"
     assert set(model.config.mixer_types) == {"full_attention"}
+
+
+def _nanochat_copy(tmp_path, model_type=None, **flags):
+    directory = tmp_path / "nanochat"
+    directory.mkdir()
+    shutil.copy2(FIXTURES / "nanochat" / "model_000000.pt", directory)
+    meta = json.loads((FIXTURES / "nanochat" / "meta_000000.json").read_text())
+    meta["model_type"] = model_type or meta["model_type"]
+    meta["model_config"].update(flags)
+    (directory / "meta_000000.json").write_text(json.dumps(meta))
+    return directory
+
+
+@pytest.mark.parametrize("model_type, flags, message", [
+    ("gpt", {}, "model_type 'gpt' (nanochat's gpt.py) is not supported: its per-layer resid_lambdas"),
+    (None, {"add_init_res": True}, "add_init_res (x = alpha x + beta x0 before each target block)"),
+    (None, {"value_emb_shared": True}, "value_emb_shared (one value table shared by all target layers)"),
+], ids=["karpathy-gpt", "add-init-res", "shared-table"])
+def test_unsupported_nanochat_models_are_named_in_one_line(tmp_path, model_type, flags, message):
+    source = _nanochat_copy(tmp_path, model_type, **flags)
+    with pytest.raises(SystemExit) as exit_info:
+        run_script("convert", "--from", "nanochat", "--input", str(source), "--output", str(tmp_path / "out"))
+    assert "\n" not in exit_info.value.code and message in exit_info.value.code
+
+
+def test_nanochat_windows_gamma_and_padded_rows():
+    """Layer 0 is nanochat's short window (128, 0) = 129 keys; BoV's gamma and table land at layer 2; the rows
+    nanochat pads its vocabulary of 60 with (to 64) are dropped."""
+    model = convert_paper_checkpoint("nanochat", FIXTURES / "nanochat")
+    native = torch.load(FIXTURES / "nanochat" / "model_000000.pt", weights_only=True)
+    assert model.config.mixer_types == ["sliding_attention", "full_attention", "full_attention"]
+    assert model.config.sliding_window == 129 and model.config.value_layer_indices == [2]
+    value_path = model.model.layers[2].self_attn.value_path
+    assert value_path.value_scale.item() == pytest.approx(1.7)
+    assert native["value_embeds.2.weight"].shape[0] == 64 and model.config.vocab_size == 60
+    assert torch.equal(value_path.value_table.weight, native["value_embeds.2.weight"][:60])
