@@ -155,14 +155,10 @@ def _swap_halves(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     return rows.flip(1).reshape(weight.shape)
 
 
-def load_nanochat(directory):
-    """A nanochat checkpoint directory -> BovForCausalLM (BoV) or ValueArchForCausalLM (the other gpt_base models)."""
-    directory = Path(directory)
-    source = f"nanochat checkpoint {str(directory)!r}"
-    meta, state_dict = read_nanochat_checkpoint(directory, source)
-    config = nanochat_config(meta, source)
-    model = MODEL_TYPES[config.model_type][2](config)
-    own_names = set(model.state_dict())
+def nanochat_weights(state_dict: dict, model) -> tuple[dict, list[str]]:
+    """nanochat's weights under `model`'s names ([renamed state dict], [names without a place]): c_q / c_k head
+    halves swapped, padded vocabulary rows dropped, BoV's dead c_v skipped where `model` has no v_proj."""
+    config, own_names = model.config, set(model.state_dict())
     compiled = [(re.compile(pattern), replacement) for pattern, replacement in NANOCHAT_NAMES]
     renamed, unplaced = {}, []
     for name, tensor in state_dict.items():
@@ -179,6 +175,17 @@ def load_nanochat(directory):
         if target.endswith("v_proj.weight") and target not in own_names:
             continue  # BoV's dead c_v at table / V1-substituted layers: no gradient, not used, not kept here
         renamed[target] = tensor
+    return renamed, unplaced
+
+
+def load_nanochat(directory):
+    """A nanochat checkpoint directory -> BovForCausalLM (BoV) or ValueArchForCausalLM (the other gpt_base models)."""
+    directory = Path(directory)
+    source = f"nanochat checkpoint {str(directory)!r}"
+    meta, state_dict = read_nanochat_checkpoint(directory, source)
+    config = nanochat_config(meta, source)
+    model = MODEL_TYPES[config.model_type][2](config)
+    renamed, unplaced = nanochat_weights(state_dict, model)
     if unplaced:
         raise ValueError(f"{source}: weights {sorted(unplaced)} belong to features hf_valuearch cannot represent")
     return load_renamed(model, renamed, lambda name: name, source)
