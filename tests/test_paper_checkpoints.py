@@ -17,13 +17,18 @@ from hf_valuearch.conversion import FORMATS, convert_paper_checkpoint
 from tests.common import REPO, run_script
 
 FIXTURES = REPO / "tests" / "fixtures"
-# format -> the model type its fixture converts to
-EXPECTED_MODEL_TYPES = {"satformer": "satformer", "fla-attnres": "attnres", "nanochat": "bov"}
+# (format, fixture folder, the model type it converts to)
+CASES = [("satformer", "satformer", "satformer"), ("fla-attnres", "fla-attnres", "attnres"),
+         ("nanochat", "nanochat/bov", "bov"), ("nanochat", "nanochat/v1_add", "valuearch")]
 
 
-@pytest.mark.parametrize("format_name", sorted(FORMATS))
-def test_converted_paper_checkpoint_gives_the_papers_logits(tmp_path, capsys, format_name):
-    source = FIXTURES / format_name
+def test_every_format_has_a_fixture():
+    assert {format_name for format_name, _, _ in CASES} == set(FORMATS)
+
+
+@pytest.mark.parametrize("format_name, folder, model_type", CASES, ids=[folder for _, folder, _ in CASES])
+def test_converted_paper_checkpoint_gives_the_papers_logits(tmp_path, capsys, format_name, folder, model_type):
+    source = FIXTURES / folder
     run_script("convert", "--from", format_name, "--input", str(source), "--output", str(tmp_path / "out"),
                "--reference-logits", str(source / "expected.safetensors"))
     printed = capsys.readouterr().out
@@ -31,7 +36,7 @@ def test_converted_paper_checkpoint_gives_the_papers_logits(tmp_path, capsys, fo
     assert "exact by construction: yes" in printed and reported <= 1e-4
 
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()  # our architecture, from disk
-    assert model.config.model_type == EXPECTED_MODEL_TYPES[format_name]
+    assert model.config.model_type == model_type
     expected = load_file(source / "expected.safetensors")
     with torch.no_grad():
         logits = model(expected["input_ids"]).logits
@@ -99,8 +104,8 @@ def test_fla_checkpoint_without_attnres_is_the_standard_decoder(tmp_path):
 def _nanochat_copy(tmp_path, model_type=None, **flags):
     directory = tmp_path / "nanochat"
     directory.mkdir()
-    shutil.copy2(FIXTURES / "nanochat" / "model_000000.pt", directory)
-    meta = json.loads((FIXTURES / "nanochat" / "meta_000000.json").read_text())
+    shutil.copy2(FIXTURES / "nanochat" / "bov" / "model_000000.pt", directory)
+    meta = json.loads((FIXTURES / "nanochat" / "bov" / "meta_000000.json").read_text())
     meta["model_type"] = model_type or meta["model_type"]
     meta["model_config"].update(flags)
     (directory / "meta_000000.json").write_text(json.dumps(meta))
@@ -122,11 +127,21 @@ def test_unsupported_nanochat_models_are_named_in_one_line(tmp_path, model_type,
 def test_nanochat_windows_gamma_and_padded_rows():
     """Layer 0 is nanochat's short window (128, 0) = 129 keys; BoV's gamma and table land at layer 2; the rows
     nanochat pads its vocabulary of 60 with (to 64) are dropped."""
-    model = convert_paper_checkpoint("nanochat", FIXTURES / "nanochat")
-    native = torch.load(FIXTURES / "nanochat" / "model_000000.pt", weights_only=True)
+    model = convert_paper_checkpoint("nanochat", FIXTURES / "nanochat" / "bov")
+    native = torch.load(FIXTURES / "nanochat" / "bov" / "model_000000.pt", weights_only=True)
     assert model.config.mixer_types == ["sliding_attention", "full_attention", "full_attention"]
     assert model.config.sliding_window == 129 and model.config.value_layer_indices == [2]
     value_path = model.model.layers[2].self_attn.value_path
     assert value_path.value_scale.item() == pytest.approx(1.7)
     assert native["value_embeds.2.weight"].shape[0] == 64 and model.config.vocab_size == 60
     assert torch.equal(value_path.value_table.weight, native["value_embeds.2.weight"][:60])
+
+
+def test_nanochat_v1_add_every_other_layer():
+    """BoV's add_init_v with learned alpha, beta on nanochat's has_ve layers (1 and 3 of 4)."""
+    model = convert_paper_checkpoint("nanochat", FIXTURES / "nanochat" / "v1_add")
+    config = model.config
+    assert (config.value_source, config.value_mix, config.value_coefficients) == ("v1", "add", "learnable")
+    assert config.value_layer_indices == [1, 3]
+    value_path = model.model.layers[3].self_attn.value_path
+    assert (value_path.residual_scale.item(), value_path.source_scale.item()) == pytest.approx((0.6, 1.3))
