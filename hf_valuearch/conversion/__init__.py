@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from safetensors.torch import load_file
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .. import MODEL_TYPES
@@ -183,8 +184,6 @@ def convert_paper_checkpoint(format_name: str, directory: str | Path) -> PreTrai
 def reference_logit_difference(model: PreTrainedModel, reference_file: str | Path) -> float:
     """max |logits(model) - reference| for a safetensors file holding `input_ids` and the `logits` the source
     model (run by its own code) produced for them."""
-    from safetensors.torch import load_file
-
     reference = load_file(reference_file)
     if not {"input_ids", "logits"} <= reference.keys():
         raise ValueError(f"{str(reference_file)!r} must hold tensors 'input_ids' and 'logits'; it holds {sorted(reference)}")

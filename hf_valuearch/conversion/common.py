@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
 # Bookkeeping fields that describe a saved checkpoint, not the model: never carried to a converted config.
 NOT_CARRIED = frozenset({"model_type", "architectures", "auto_map", "transformers_version", "_name_or_path", "dtype"})
 
@@ -39,12 +45,6 @@ def copy_weights(target, source, new_parameters: tuple[str, ...] = ()):
 def read_hf_checkpoint(directory) -> tuple[dict, dict]:
     """(config.json as a dict, state dict) of a Hugging Face-style checkpoint directory written by other code:
     model.safetensors, a sharded safetensors index, or pytorch_model.bin. Raises ValueError naming what is missing."""
-    import json
-    from pathlib import Path
-
-    import torch
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     if not (directory / "config.json").is_file():
         raise ValueError(f"{str(directory)!r} has no config.json: expected a checkpoint directory written by "
