@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -88,7 +89,8 @@ def main(argv=None):
                            tokens=args.tokens, flops=args.flops, optimizer=optimizer, **training_arguments)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         sys.exit(f"error: {error}")
-    print(json.dumps(metrics, indent=2, default=str))
+    if int(os.environ.get("RANK", "0")) == 0:  # the main process of a multi-process run
+        print(json.dumps(metrics, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -290,8 +290,10 @@ def pretrain(
     try:
         recipe = OptimizerRecipe(**{**preset.get("optimizer", {}), **(optimizer or {})})
     except TypeError as error:
-        raise ValueError(f"optimizer recipe: {error}; fields: {[f.name for f in dataclasses.fields(OptimizerRecipe)]}")
-    block_size = block_size or preset.get("block_size") or min(256, config.max_position_embeddings)
+        raise ValueError(f"optimizer recipe: {error}; fields: {[f.name for f in dataclasses.fields(OptimizerRecipe)]}"
+                         ) from None
+    if block_size is None:
+        block_size = preset.get("block_size", min(256, config.max_position_embeddings))
     if not isinstance(block_size, int) or not 2 <= block_size <= config.max_position_embeddings:
         raise ValueError(f"--block_size {block_size!r} is invalid: expected an integer in [2, "
                          f"max_position_embeddings={config.max_position_embeddings}] (or raise it with "
