@@ -7,6 +7,8 @@ CORPUS is a text file, a directory of text files, or `hf:NAME[:CONFIG]` (a Hub d
 Without --tokenizer, a byte-level BPE of the config's vocab_size is trained on the corpus first.
 Rerunning the same command resumes from the last complete checkpoint in --output_dir.
 Any other `--name value` pair is passed to `TrainingArguments` (e.g. --learning_rate 3e-4).
+`--push_to_hub true [--hub_model_id ORG/NAME]` uploads OUTPUT_DIR/final with its model card at the end; the Hub
+access (token, network) is checked before training starts.
 """
 
 import argparse
@@ -16,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hf_valuearch.cards.hub import HubUnavailable  # noqa: E402
 from hf_valuearch.training import pretrain  # noqa: E402
 
 
@@ -49,12 +52,15 @@ def main(argv=None):
         if not sep:
             parser.error(f"--set expects FIELD=VALUE, got {item!r}")
         overrides[field] = parse_value(value)
-    metrics = pretrain(
-        args.config, args.data, args.output_dir, tokenizer_path=args.tokenizer, overrides=overrides,
-        block_size=args.block_size, max_steps=args.max_steps, learning_rate=args.learning_rate,
-        per_device_train_batch_size=args.per_device_train_batch_size, save_steps=args.save_steps,
-        logging_steps=max(1, args.max_steps // 20), **training_arguments,
-    )
+    try:
+        metrics = pretrain(
+            args.config, args.data, args.output_dir, tokenizer_path=args.tokenizer, overrides=overrides,
+            block_size=args.block_size, max_steps=args.max_steps, learning_rate=args.learning_rate,
+            per_device_train_batch_size=args.per_device_train_batch_size, save_steps=args.save_steps,
+            logging_steps=max(1, args.max_steps // 20), **training_arguments,
+        )
+    except HubUnavailable as error:
+        raise SystemExit(f"train.py: error: {error}") from None
     print(json.dumps(metrics, indent=2, default=str))
 
 

@@ -24,7 +24,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
+from ..cards.hub import check_hub_access, upload_checkpoint
 
+# TrainingArguments' Hub options, handled here: the access check runs before any work, and the final folder is
+# uploaded with its model card (Trainer's own push would fail late, after a long traceback, with a blank card).
+HUB_ARGUMENTS = ("push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_revision")
 TEXT_SUFFIXES = {".txt", ".rst", ".md", ".text", ".jsonl"}
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: the configs' pad/bos/eos defaults
 
@@ -146,8 +150,14 @@ def pretrain(
     eval_fraction: float = 0.02,
     **training_arguments,
 ) -> dict:
-    """Pretrain a model from scratch and save it with its tokenizer; returns the final metrics."""
+    """Pretrain a model from scratch and save it with its tokenizer; returns the final metrics.
+
+    With `push_to_hub=True` the final folder is uploaded to `hub_model_id` (default: the output directory's name);
+    the Hub must be reachable with a token before training starts (else `HubUnavailable`)."""
     output = Path(output_dir)
+    hub = {key: training_arguments.pop(key) for key in HUB_ARGUMENTS if key in training_arguments}
+    if hub.get("push_to_hub"):
+        hub["hub_token"] = check_hub_access(hub.get("hub_token"))
     vocab_size = load_config(config_spec, overrides).vocab_size  # a bad config fails before any work
     texts = list(iter_texts(data))
     if tokenizer_path:
@@ -175,5 +185,9 @@ def pretrain(
                "resumed_from": last_checkpoint, **trainer.evaluate()}
     trainer.save_model(str(output / "final"))
     tokenizer.save_pretrained(output / "final")
-    write_model_card(model, output / "final", metrics)
+    write_model_card(output / "final", training=metrics)
+    if hub.get("push_to_hub"):
+        metrics["hub_commit"] = upload_checkpoint(output / "final", hub.get("hub_model_id") or output.resolve().name,
+                                                  private=hub.get("hub_private_repo"), revision=hub.get("hub_revision"),
+                                                  token=hub["hub_token"])
     return metrics
