@@ -9,28 +9,13 @@ from huggingface_hub import ModelCard, constants
 
 from hf_valuearch.cards import write_model_card
 from hf_valuearch.cards import hub as hub_module
-from hf_valuearch.training import train_tokenizer
-from tests.common import run_script, tiny_model
-
-WORDS = "the value of a token bank layer attention residual depth state window query key mean sum".split()
-
-
-def save_checkpoint(folder, model_type: str = "valuearch"):
-    """A tiny model with its tokenizer and card in `folder`, as scripts/train.py leaves OUTPUT_DIR/final."""
-    texts = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(20)) for i in range(50)]
-    tokenizer = train_tokenizer(texts, vocab_size=300)
-    model = tiny_model(model_type, vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    write_model_card(folder, training={"train_loss": 5.0, "global_step": 3})
-    return model
-
+from tests.common import run_script, save_tiny_checkpoint, tiny_model
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ship") / "final"
-    save_checkpoint(folder)
+    save_tiny_checkpoint(folder)
+    write_model_card(folder, training={"train_loss": 5.0, "global_step": 3})
     return folder
 
 
@@ -163,7 +148,7 @@ def test_without_token_or_network_the_upload_fails_with_one_line(checkpoint, mon
 
 
 def test_train_push_to_hub_offline_fails_fast_with_one_line(tmp_path, monkeypatch):
-    (tmp_path / "corpus.txt").write_text(" ".join(WORDS) * 50)
+    (tmp_path / "corpus.txt").write_text("the value of a token " * 50)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(SystemExit) as failure:
         run_script("train", "--config", "valuearch", "--data", str(tmp_path / "corpus.txt"), "--output_dir",
