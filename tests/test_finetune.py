@@ -175,9 +175,10 @@ def test_bad_arguments_and_data_fail_with_one_line(tmp_path):
     save_tiny_checkpoint(tmp_path / "base")
     bad = tmp_path / "bad.jsonl"
     cases = [
-        ([json.dumps({"prompt": "a"})], "row 1 has ['prompt']: every row needs a string 'text', or string 'prompt'"),
-        ([json.dumps({"text": "a"}), json.dumps({"prompt": "a", "completion": "b"})], "mixes 'text' rows"),
-        (["{not json"], "line 1 is not JSON"),
+        ([json.dumps({"prompt": "a"})], "row 1 has ['prompt']: in a prompt/completion file every row needs string "
+                                        "'prompt' and 'completion'"),
+        ([json.dumps({"prompt": "a", "completion": "b"}), json.dumps({"text": "a"})], "row 2 has ['text']"),
+        ([json.dumps({"prompt": "a", "completion": "b"}), "{not json"], "line 2 is not JSON"),
     ]
     for lines, expected in cases:
         bad.write_text("\n".join(lines))

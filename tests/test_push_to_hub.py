@@ -60,7 +60,7 @@ def test_dry_run_loads_without_the_package_and_lists_the_upload(checkpoint, caps
     out = capsys.readouterr().out
     assert "loads with trust_remote_code without hf_valuearch: ValueArchForCausalLM" in out
     for name in ("config.json", "model.safetensors", "modeling_valuearch.py", "configuration_valuearch.py",
-                 "value_paths.py", "tokenizer.json", "tokenizer_config.json", "training.json"):
+                 "value_paths.py", "tokenizer.json", "tokenizer_config.json", "training_metrics.json"):
         assert f"  {name} " in out, name
     assert "README.md" in out and "rendered for me/tiny" in out
     assert "training_args.bin" not in out
@@ -153,6 +153,6 @@ def test_train_push_to_hub_offline_fails_fast_with_one_line(tmp_path, monkeypatc
     with pytest.raises(SystemExit) as failure:
         run_script("train", "--config", "valuearch", "--data", str(tmp_path / "corpus.txt"), "--output_dir",
                    str(tmp_path / "run"), "--push_to_hub", "true", "--hub_model_id", "me/run")
-    assert failure.value.code == ("train.py: error: HF_HUB_OFFLINE is set, so nothing can be pushed to the Hub; "
+    assert failure.value.code == ("error: HF_HUB_OFFLINE is set, so nothing can be pushed to the Hub; "
                                   "unset it to upload")
     assert not (tmp_path / "run").exists()  # failed before any work

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from .. import MODEL_TYPES
 
-TRAINING_RECORD = "training.json"  # what the run that wrote the checkpoint reports (metrics, steps, data)
+TRAINING_RECORD = "training_metrics.json"  # what the run that wrote the checkpoint reports (metrics, steps, data)
 
 # model_type -> the papers a card cites. Architectures add theirs.
 PAPERS: dict[str, list[str]] = {
@@ -93,7 +93,7 @@ def render_model_card(directory: str | Path, repo_id: str | None = None) -> str:
 
 
 def write_model_card(directory: str | Path, repo_id: str | None = None, training: dict | None = None) -> Path:
-    """Write `directory/README.md`; `training` (the run's metrics) is first saved beside it as training.json, so
+    """Write `directory/README.md`; `training` (the run's metrics) is first saved beside it as training_metrics.json, so
     the card can be rendered again later (e.g. for the repo id it is pushed to)."""
     directory = Path(directory)
     if training is not None:

@@ -2,10 +2,11 @@
 
 Used by `scripts/finetune.py`. Data:
 
-* a text file or directory of text files, or a .jsonl file whose rows have "text": the documents joined by eos
-  and cut into blocks, the loss on every token (as in pretraining);
 * a .jsonl file whose rows have "prompt" and "completion": one example per row, prompt + completion + eos,
-  the loss on the completion (and eos) only: the prompt's labels are -100.
+  the loss on the completion (and eos) only: the prompt's labels are -100;
+* anything `scripts/train.py --data` reads (text, .jsonl rows with "text", parquet, a folder, hf:NAME): the
+  documents packed into blocks with eos between them, the loss on every token, and the same held-out documents
+  for `eval_loss` (`training.data`).
 
 Mechanism parameters (BoV value tables and gamma, ResFormer scales, SATFormer gates, AttnRes pseudo-queries and
 key norms, KVM gates, temperatures and state norms: the parameters of the modules that define `diagnostics()`,
@@ -17,8 +18,6 @@ LoRA's default target modules (`LoraConfig()` without `target_modules`) are regi
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -28,7 +27,8 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
-from . import AtomicCheckpointTrainer, PackedBlocks, iter_texts, tokenize_corpus
+from . import AtomicCheckpointTrainer, replace_directory
+from .data import HeldOutBlocks, PackedStream
 
 IGNORE_INDEX = -100  # labels the loss skips (transformers' ForCausalLMLoss)
 
@@ -87,22 +87,28 @@ class PadToLongest:
         return batch
 
 
-def load_dataset_for_finetuning(data: str, tokenizer, block_size: int) -> torch.utils.data.Dataset:
-    """Packed blocks of text (a text file or directory, or .jsonl rows with "text") or prompt/completion examples."""
-    path = Path(data)
+def is_prompt_completion_file(path: Path) -> bool:
+    """Whether `path` is a .jsonl file whose first row has "prompt" or "completion"."""
     if path.suffix != ".jsonl" or not path.is_file():
-        return PackedBlocks(tokenize_corpus(list(iter_texts(data)), tokenizer), block_size)
+        return False
+    with open(path, encoding="utf-8") as file:
+        first = next((line for line in file if line.strip()), "")
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(row, dict) and ("prompt" in row or "completion" in row)
+
+
+def prompt_completions(path: Path, tokenizer, block_size: int) -> PromptCompletions:
+    """The examples of a prompt/completion .jsonl file; every row must have string "prompt" and "completion"."""
     rows = read_jsonl(path)
     for number, row in enumerate(rows, start=1):
-        if not (isinstance(row, dict) and (isinstance(row.get("text"), str) or (
-                isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str)))):
+        if not (isinstance(row, dict) and isinstance(row.get("prompt"), str)
+                and isinstance(row.get("completion"), str)):
             keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise ValueError(f"{path} row {number} has {keys}: every row needs a string 'text', or string 'prompt' "
-                             "and 'completion'")
-    if all("text" in row for row in rows):
-        return PackedBlocks(tokenize_corpus([row["text"] for row in rows], tokenizer), block_size)
-    if any("text" in row for row in rows):
-        raise ValueError(f"{path} mixes 'text' rows with 'prompt'/'completion' rows; use one kind per file")
+            raise ValueError(f"{path} row {number} has {keys}: in a prompt/completion file every row needs string "
+                             "'prompt' and 'completion' (or give every row a 'text' instead)")
     return PromptCompletions(rows, tokenizer, block_size)
 
 
@@ -119,16 +125,6 @@ def mechanism_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     modules = mechanism_modules(model)
     return {name: parameter for name, parameter in model.named_parameters()
             if any(name.startswith(module + ".") for module in modules)}
-
-
-def save_atomically(directory: Path, save) -> None:
-    """Call `save(staging_directory)`, then rename it to `directory`: the folder appears only when complete."""
-    staging = directory.with_name(f".staging-{directory.name}")
-    shutil.rmtree(staging, ignore_errors=True)
-    save(staging)
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(staging, directory)
 
 
 def finetune(
@@ -161,10 +157,14 @@ def finetune(
         raise ValueError(f"--model {model_path!r} is not an hf_valuearch checkpoint (config.json model_type "
                          f"{model_type!r}; expected one of {sorted(MODEL_TYPES)})")
     output = Path(output_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_data = load_dataset_for_finetuning(data, tokenizer, block_size)
+    if is_prompt_completion_file(Path(data)):
+        train_data, eval_data = prompt_completions(Path(data), tokenizer, block_size), None
+    else:
+        train_data = PackedStream(data, tokenizer, block_size, held_out=False)
+        eval_data = HeldOutBlocks(PackedStream(data, tokenizer, block_size, held_out=True, max_blocks=64))
 
     args = TrainingArguments(output_dir=str(output), report_to=[], **training_arguments)
     set_seed(args.seed)
@@ -184,27 +184,24 @@ def finetune(
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
 
     collator = PadToLongest(tokenizer.pad_token_id) if isinstance(train_data, PromptCompletions) else None
-    trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, data_collator=collator)
+    trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
+                                      data_collator=collator)
     last_checkpoint = get_last_checkpoint(str(output)) if output.is_dir() else None
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
     metrics = {"train_loss": result.training_loss, "global_step": result.global_step, "trainable_parameters": trainable,
                "method": "lora" if lora else "full", "train_mechanism": train_mechanism, "base_model": str(model_path),
-               "data": str(data), "resumed_from": last_checkpoint}
+               "data": str(data), "resumed_from": last_checkpoint, **(trainer.evaluate() if eval_data else {})}
 
-    def save_final(directory: Path):
-        model.save_pretrained(directory)
-        tokenizer.save_pretrained(directory)
-        if not lora:  # an adapter folder has PEFT's own README
-            write_model_card(directory, training=metrics)
+    def save(model_to_save, name: str, card: bool):
+        """Write OUTPUT_DIR/name atomically: model (or adapter), tokenizer and, for full checkpoints, the card."""
+        staging = output / f".staging-{name}"
+        model_to_save.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if card:
+            write_model_card(staging, training=metrics)
+        replace_directory(staging, output / name)
 
-    save_atomically(output / "final", save_final)
+    save(model, "final", card=not lora)  # an adapter folder carries PEFT's own README
     if merge:
-        merged = model.merge_and_unload()
-
-        def save_merged(directory: Path):
-            merged.save_pretrained(directory)
-            tokenizer.save_pretrained(directory)
-            write_model_card(directory, training=metrics)
-
-        save_atomically(output / "merged", save_merged)
+        save(model.merge_and_unload(), "merged", card=True)
     return metrics
