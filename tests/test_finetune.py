@@ -191,3 +191,14 @@ def test_bad_arguments_and_data_fail_with_one_line(tmp_path):
     with pytest.raises(SystemExit, match="is not an hf_valuearch checkpoint"):
         run_script("finetune", "--model", str(tmp_path), "--data", str(bad), "--output_dir", str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_text_rows_are_packed_into_blocks_with_a_held_out_eval(tmp_path, capsys):
+    save_tiny_checkpoint(tmp_path / "base")
+    rows = [{"text": f"the value of token {word} in layer {word}"} for word in "abcdefghijklmnopqrstuvwxyz"]
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    run_script("finetune", "--model", str(tmp_path / "base"), "--data", str(tmp_path / "docs.jsonl"), "--output_dir",
+               str(tmp_path / "out"), "--block_size", "8", *STEPS)
+    metrics = json.loads((tmp_path / "out" / "final" / "training_metrics.json").read_text())
+    assert metrics["global_step"] == 2 and metrics["method"] == "full" and metrics["eval_loss"] > 0
+    assert metrics["base_model"] == str(tmp_path / "base")
