@@ -34,15 +34,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .cache_valuearch import ValueArchCache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
-from .configuration_valuearch import (
-    AttnResConfig,
-    BovConfig,
-    KvmConfig,
-    RdAttnResConfig,
-    ResFormerConfig,
-    SatFormerConfig,
-    ValueArchConfig,
-)
+from .configuration_valuearch import CONFIG_CLASSES, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
 from .kvm import KVMMixer, kvm_padding_mask
 from .value_paths import (
@@ -465,74 +457,29 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
         )
 
 
-# --- value paths: Bank of Values, ResFormer, SATFormer (value_paths.py) -----------------------------------
+# --- named architectures: two model classes per preset, derived from its config class (presets.py) ---------
 
 
-class BovModel(ValueArchModel):
-    config_class = BovConfig
+def preset_model_classes(config_class: type[ValueArchConfig]) -> tuple[type[ValueArchModel], type[ValueArchForCausalLM]]:
+    """`{class_prefix}Model` and `{class_prefix}ForCausalLM` of a preset's config class (transformers maps one
+    model class per config class)."""
+    prefix = config_class.__name__.removesuffix("Config")
+    model_class = type(f"{prefix}Model", (ValueArchModel,), {
+        "__module__": __name__, "config_class": config_class, "__doc__": f"{ValueArchModel.__doc__} ({prefix})"})
+    lm_class = type(f"{prefix}ForCausalLM", (ValueArchForCausalLM,), {
+        "__module__": __name__, "config_class": config_class, "base_model_class": model_class,
+        "__doc__": f"{ValueArchForCausalLM.__doc__} ({prefix})"})
+    return model_class, lm_class
 
 
-class BovForCausalLM(ValueArchForCausalLM):
-    config_class = BovConfig
-    base_model_class = BovModel
+# model_type -> (base model class, causal-LM class); the named ones are module-level names (BovModel,
+# BovForCausalLM, ...) because a saved checkpoint's `auto_map` names them, e.g. "modeling_valuearch.BovForCausalLM".
+MODEL_CLASSES: dict[str, tuple[type[ValueArchModel], type[ValueArchForCausalLM]]] = {
+    model_type: (ValueArchModel, ValueArchForCausalLM) if config_class is ValueArchConfig
+    else preset_model_classes(config_class)
+    for model_type, config_class in CONFIG_CLASSES.items()
+}
+globals().update({cls.__name__: cls for classes in MODEL_CLASSES.values() for cls in classes})
 
-
-class ResFormerModel(ValueArchModel):
-    config_class = ResFormerConfig
-
-
-class ResFormerForCausalLM(ValueArchForCausalLM):
-    config_class = ResFormerConfig
-    base_model_class = ResFormerModel
-
-
-class SatFormerModel(ValueArchModel):
-    config_class = SatFormerConfig
-
-
-class SatFormerForCausalLM(ValueArchForCausalLM):
-    config_class = SatFormerConfig
-    base_model_class = SatFormerModel
-
-
-# ==================================================================================================
-# KVM: Key-Value Means (kvm.py)
-# ==================================================================================================
-
-
-class KvmModel(ValueArchModel):
-    config_class = KvmConfig
-
-
-class KvmForCausalLM(ValueArchForCausalLM):
-    config_class = KvmConfig
-    base_model_class = KvmModel
-
-
-# --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
-
-
-class AttnResModel(ValueArchModel):
-    config_class = AttnResConfig
-
-
-class AttnResForCausalLM(ValueArchForCausalLM):
-    config_class = AttnResConfig
-    base_model_class = AttnResModel
-
-
-class RdAttnResModel(ValueArchModel):
-    config_class = RdAttnResConfig
-
-
-class RdAttnResForCausalLM(ValueArchForCausalLM):
-    config_class = RdAttnResConfig
-    base_model_class = RdAttnResModel
-
-
-__all__ = [
-    "ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM",
-    "BovModel", "BovForCausalLM", "ResFormerModel", "ResFormerForCausalLM", "SatFormerModel", "SatFormerForCausalLM",
-    "KvmModel", "KvmForCausalLM",
-    "AttnResModel", "AttnResForCausalLM", "RdAttnResModel", "RdAttnResForCausalLM",
-]
+__all__ = ["ValueArchPreTrainedModel", "MODEL_CLASSES",
+           *(cls.__name__ for classes in MODEL_CLASSES.values() for cls in classes)]

@@ -5,23 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# model_type -> the papers a card cites. Architectures add theirs.
-PAPERS: dict[str, list[str]] = {
-    "valuearch": ["the standard pre-norm decoder of Llama (arXiv:2302.13971), as a baseline"],
-    # value paths
-    "bov": ["Bank of Values: per-layer token-id value tables in the last third of the layers (arXiv:2606.02780)"],
-    "resformer": ["ResFormer value residual learning, V' = lambda_1 V_1 + lambda_2 V (arXiv:2410.17897)"],
-    "satformer": ["SATFormer selective access to early representations, V' = V + ReLU(h W_alpha) V_1 "
-                  "(arXiv:2605.03953)"],
-    # sequence mixers
-    "kvm": ["Key-Value Means: a block sliding window plus a compressed, growable state of key/value sums "
-            "(arXiv:2605.09877)"],
-}
-
+from ..presets import PRESETS
 
 def model_card(model, metrics: dict | None = None) -> str:
     """The README.md text for `model`: front matter, architecture summary, usage, metrics."""
     config = model.config
+    preset = PRESETS[config.model_type]
     parameters = sum(p.numel() for p in model.parameters())
     mixers = sorted(set(config.mixer_types))
     lines = [
@@ -33,8 +22,8 @@ def model_card(model, metrics: dict | None = None) -> str:
         "",
         f"# {config.model_type} ({parameters / 1e6:.1f}M parameters)",
         "",
-        "Built with hf_valuearch, which implements "
-        + "; ".join(PAPERS.get(config.model_type, PAPERS["valuearch"])) + ".",
+        f"Built with hf_valuearch, which implements {preset.mechanism} ({preset.paper.title}, "
+        f"[arXiv:{preset.paper.arxiv}]({preset.paper.url})). {preset.summary}",
         "",
         "| field | value |",
         "|---|---|",
@@ -53,6 +42,12 @@ def model_card(model, metrics: dict | None = None) -> str:
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         'model = AutoModelForCausalLM.from_pretrained("REPO_ID", trust_remote_code=True)',
         'tokenizer = AutoTokenizer.from_pretrained("REPO_ID")',
+        "```",
+        "",
+        "## Citation",
+        "",
+        "```bibtex",
+        preset.paper.citation,
         "```",
     ]
     if metrics:

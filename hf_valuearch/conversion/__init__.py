@@ -3,24 +3,23 @@
 `convert(model, target)` returns a new model of architecture `target`. A Llama source is first
 converted to the standard `valuearch` decoder (same parameter names, config renamed field by field:
 identical logits); each architecture's converter then starts from a standard `valuearch` model.
+The targets are "llama" and every preset, whose converter its declaration names (`presets.py`).
 `scripts/convert.py` is the command-line front end.
 """
 
 from __future__ import annotations
 
+import importlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from .. import MODEL_TYPES
+from .. import MODEL_TYPES, PRESETS
 from ..configuration_valuearch import ValueArchConfig
 from ..modeling_valuearch import ValueArchForCausalLM
 from .common import carried_fields, copy_weights
-from .depth_routing import to_rd_attnres, valuearch_to_attnres
-from .kvm import llama_to_kvm
-from .value_paths import to_bov, to_resformer, to_satformer
 
 # Fields that only valuearch has (decoder options and the three axes): all must be at their defaults for Llama.
 VALUEARCH_OPTION_FIELDS = sorted(set(ValueArchConfig.__dataclass_fields__) - set(LlamaConfig.__dataclass_fields__))
@@ -48,19 +47,21 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
     return copy_weights(LlamaForCausalLM(LlamaConfig(**carried_fields(model.config, LlamaConfig))), model)
 
 
-# target name -> converter from a standard-or-family valuearch model. Architectures add theirs.
+def to_valuearch(model: ValueArchForCausalLM) -> ValueArchForCausalLM:
+    """The standard valuearch decoder as it is (`convert` has already turned a Llama source into one)."""
+    return model
+
+
+def _converter(reference: str) -> Callable[[PreTrainedModel], PreTrainedModel]:
+    """The function a preset's `converter` ("module:function") names."""
+    module, function = reference.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+# target name -> converter from a Llama or valuearch-family model: "llama" plus every preset's declared converter.
 CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
-    "valuearch": lambda model: model,
     "llama": valuearch_to_llama,
-    # value paths (conversion/value_paths.py)
-    "bov": to_bov,
-    "resformer": to_resformer,
-    "satformer": to_satformer,
-    # sequence mixers (conversion/kvm.py)
-    "kvm": llama_to_kvm,
-    # depth routing (conversion/depth_routing.py): zero pseudo-queries / a V route that starts tied
-    "attnres": valuearch_to_attnres,
-    "rd_attnres": to_rd_attnres,
+    **{model_type: _converter(preset.converter) for model_type, preset in PRESETS.items()},
 }
 
 
