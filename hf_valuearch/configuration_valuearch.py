@@ -29,7 +29,7 @@ VALUE_COEFFICIENTS = ("fixed", "learnable")
 VALUE_LAYER_SETS = ("all", "every_other", "last_third")
 DEPTH_ROUTINGS = ("standard", "block_attnres", "rd_attnres")
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")  # RD-AttnRes V-route query (depth_routing.py)
-MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")
+MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")  # declared in cache_valuearch.SEQUENCE_MIXERS
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
@@ -141,6 +141,10 @@ class ValueArchConfig(PreTrainedConfig):
     attnres_block_size: int | None = None
     value_route: str | None = None
     # --- axis 3: sequence mixer ---
+    # `mixer_types` and not transformers' `layer_types`: transformers checks `layer_types` against its own
+    # allow-list (ALLOWED_ATTN_LAYER_TYPES, which has no "kvm": such a config fails to save) and its mask and cache
+    # helpers dispatch on those values; our layers take mask, cache layer and module from
+    # cache_valuearch.SEQUENCE_MIXERS[mixer_types[i]] instead.
     mixer_types: list[str] | None = None
     sliding_window: int | None = None
     # --- KVM layers (mixer "kvm"; Goldstein & Cheah, arXiv:2605.09877; defaults: spec_kvm.md A.2-A.4, A.7) ---

@@ -8,8 +8,9 @@ The axes plug in at three places:
   x0 W_V or V1; see value_paths.py) and decides what the cache keeps; `ValueArchModel.forward` threads the
   per-forward `ValueContext` (token ids, x0, V1) through the layers as the `value_context` keyword;
 * depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
-* sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer; mixers in
-  `SEQUENCE_MIXERS` (KVM) replace the attention interface and read/write their own cache layer.
+* sequence mixer: `config.mixer_types[layer_idx]` names a declaration in `cache_valuearch.SEQUENCE_MIXERS`: the
+  layer's attention mask, cache layer and, for mixers with a module (KVM), the module replacing the attention
+  interface, which reads and writes its own cache layer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
@@ -32,11 +32,10 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .cache_valuearch import ValueArchCache
+from .cache_valuearch import SEQUENCE_MIXERS, ValueArchCache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
 from .configuration_valuearch import CONFIG_CLASSES, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
-from .kvm import KVMMixer, kvm_padding_mask
 from .value_paths import (
     ValueContext,
     align_value_tables,
@@ -163,11 +162,6 @@ class ValueArchMLP(nn.Module):
         return self.down_proj(F.relu(self.up_proj(x)).square())
 
 
-# Mixer types whose module replaces the attention interface: (config, layer_idx) -> module with
-# forward(q [B,H,T,D], k, v [B,H_kv,T,D], attention input [B,T,hidden], mask, cache) -> [B,T,H,D].
-SEQUENCE_MIXERS = {"kvm": KVMMixer}
-
-
 class ValueArchAttention(nn.Module):
     """Multi-head attention with GQA, optional q/k norm, (partial) RoPE and a pluggable value path."""
 
@@ -191,8 +185,8 @@ class ValueArchAttention(nn.Module):
         self.q_norm = build_head_norm(config)
         self.k_norm = build_head_norm(config)
         self.value_path = build_value_path(config, layer_idx)
-        mixer_class = SEQUENCE_MIXERS.get(self.mixer_type)
-        self.sequence_mixer = mixer_class(config, layer_idx) if mixer_class is not None else None
+        mixer_module = SEQUENCE_MIXERS[self.mixer_type].module
+        self.sequence_mixer = mixer_module(config, layer_idx) if mixer_module is not None else None
 
     def forward(
         self,
@@ -343,11 +337,9 @@ class ValueArchModel(ValueArchPreTrainedModel):
         self.post_init()
 
     def _attention_masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
-        """One mask per attention mixer type present in the model."""
-        mask_builders = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask,
-                         "kvm": kvm_padding_mask}
+        """One mask per sequence mixer present in the model."""
         return {
-            mixer: mask_builders[mixer](self.config, inputs_embeds, attention_mask, cache, position_ids)
+            mixer: SEQUENCE_MIXERS[mixer].mask(self.config, inputs_embeds, attention_mask, cache, position_ids)
             for mixer in set(self.config.mixer_types)
         }
 
