@@ -36,6 +36,7 @@ from .cache_valuearch import SEQUENCE_MIXERS, ValueArchCache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
 from .configuration_valuearch import CONFIG_CLASSES, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
+from .functional import repeat_kv, rms_norm
 from .value_paths import (
     ValueContext,
     align_value_tables,
@@ -53,11 +54,7 @@ class ValueArchRMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+        return self.weight * rms_norm(hidden_states, self.variance_epsilon)
 
     def extra_repr(self):
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
@@ -111,15 +108,6 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
         return torch.cat(((x_rot * cos) + (rotate_half(x_rot) * sin), x_pass), dim=-1)
 
     return rotate(q), rotate(k)
-
-
-def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """[B, H_kv, T, D] -> [B, H_kv * n_rep, T, D]."""
-    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
-    if n_rep == 1:
-        return hidden_states
-    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
-    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
