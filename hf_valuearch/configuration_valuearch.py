@@ -378,9 +378,10 @@ def preset_config_class(preset: Preset) -> type[ValueArchConfig]:
 # model_type -> config class; the named ones are module-level names (BovConfig, ...) because a saved checkpoint's
 # `auto_map` names them, e.g. "configuration_valuearch.BovConfig".
 CONFIG_CLASSES: dict[str, type[ValueArchConfig]] = {
-    model_type: ValueArchConfig if model_type == ValueArchConfig.model_type else preset_config_class(preset)
+    model_type: preset_config_class(preset) if model_type != ValueArchConfig.model_type else ValueArchConfig
     for model_type, preset in PRESETS.items()
 }
 globals().update({config_class.__name__: config_class for config_class in CONFIG_CLASSES.values()})
 
-__all__ = ["ValueArchConfig", "CONFIG_CLASSES", *(c.__name__ for c in CONFIG_CLASSES.values() if c is not ValueArchConfig)]
+__all__ = ["ValueArchConfig", "CONFIG_CLASSES",
+           *(config_class.__name__ for config_class in CONFIG_CLASSES.values() if config_class is not ValueArchConfig)]

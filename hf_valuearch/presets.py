@@ -208,7 +208,8 @@ KVM = Preset(
     defaults={
         # the other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7)
         "default_mixer_type": "kvm",  # every layer's mixer when `mixer_types` is not given
-        "partial_rotary_factor": 0.5,  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
+        # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
+        "partial_rotary_factor": 0.5,
         "qk_norm": "layernorm",  # spec A.1: per-head LayerNorm on q and k
     },
 )

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from hf_valuearch import MODEL_TYPES, PRESETS, Paper, Preset, ValueArchConfig, configuration_valuearch, modeling_valuearch
+from hf_valuearch import (MODEL_TYPES, PRESETS, Paper, Preset, ValueArchConfig, configuration_valuearch,
+                          modeling_valuearch)
 from hf_valuearch.cards import model_card
 from hf_valuearch.configuration_valuearch import preset_config_class
 from hf_valuearch.conversion import CONVERTERS, convert
