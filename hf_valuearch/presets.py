@@ -7,7 +7,7 @@ Everything else is derived from `PRESETS`:
   `{class_prefix}ForCausalLM`), module-level names so that a saved `auto_map` finds them under remote code;
 * `hf_valuearch.MODEL_TYPES` and the Auto registration (`hf_valuearch/__init__.py`);
 * the model card's paper line and citation (`hf_valuearch/cards/`);
-* the conversion target `scripts/convert.py --to MODEL_TYPE` (`hf_valuearch/conversion/`).
+* the conversion target `scripts/convert.py --to MODEL_TYPE` and its exactness report (`hf_valuearch/conversion/`).
 
 A new preset is one entry below; `tests/test_presets.py` checks that every registered type has all of the above.
 This module is carried inside checkpoints (configuration_valuearch.py imports it), so it imports nothing.
@@ -15,6 +15,7 @@ This module is carried inside checkpoints (configuration_valuearch.py imports it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -49,6 +50,20 @@ class Paper:
 
 
 @dataclass(frozen=True)
+class ConversionTarget:
+    """How `scripts/convert.py --to MODEL_TYPE` builds a preset from a Llama or standard valuearch model.
+
+    converter: "module:function" of the converter in `hf_valuearch.conversion`.
+    exact: given the source's config, whether the converted logits equal the source's by construction.
+    note: what makes them differ (or, when exact, the condition under which they are equal).
+    """
+
+    converter: str
+    exact: Callable[[object], bool]
+    note: str
+
+
+@dataclass(frozen=True)
 class Preset:
     """One named architecture (its own `model_type`) over the three axes of `ValueArchConfig`.
 
@@ -59,8 +74,7 @@ class Preset:
     paper: the paper the defaults come from.
     defaults: the `ValueArchConfig` fields (or class-level settings such as `default_mixer_type`) whose defaults
         the preset changes; every value cites its source in a comment.
-    converter: "module:function" of the converter (in `hf_valuearch.conversion`) that turns a Llama or standard
-        valuearch model into this preset; `scripts/convert.py --to MODEL_TYPE` runs it.
+    conversion: how `scripts/convert.py --to MODEL_TYPE` makes this preset, and when that is exact.
     """
 
     model_type: str
@@ -68,7 +82,7 @@ class Preset:
     mechanism: str
     summary: str
     paper: Paper
-    converter: str
+    conversion: ConversionTarget
     defaults: dict = field(default_factory=dict)
 
 
@@ -85,7 +99,8 @@ BASELINE = Preset(
                  "Rodriguez, Aurelien", "Joulin, Armand", "Grave, Edouard", "Lample, Guillaume"),
         year=2023, arxiv="2302.13971",
     ),
-    converter="hf_valuearch.conversion:to_valuearch",
+    conversion=ConversionTarget("hf_valuearch.conversion:to_valuearch", exact=lambda source: True,
+                                note="the same parameters under a renamed config"),
 )
 
 # --- value paths (value_paths.py, spec_value_paths.md) -----------------------------------------------------
@@ -100,7 +115,14 @@ BOV = Preset(
         title="Do Value Vectors in Deep Layers Need Context from the Residual Stream?",
         authors=("He, Muyu", "Liu, Yuchen", "Huang, Qingya", "Zhang, Li"), year=2026, arxiv="2606.02780",
     ),
-    converter="hf_valuearch.conversion.value_paths:to_bov",
+    conversion=ConversionTarget(
+        "hf_valuearch.conversion.value_paths:to_bov",
+        exact=lambda source: (getattr(source, "value_source", "residual") == "x0"
+                              and getattr(source, "value_mix", None) == "substitute"),
+        note="exact from an x0*W_V-substitutive source; from any other source the aligned tables "
+             "E_V[t] = W_V RMSNorm(e[t]) replace h W_V in the value layers, which changes the model "
+             "(BoV's step 0 equals x0*W_V substitution, not the source)",
+    ),
     defaults={
         "value_source": "table",  # BoV §4: V replaced by a table lookup E_V[i_p]
         "value_mix": "substitute",  # BoV §4: "replaced"; registry gpt_base_v_from_value_emb_learn
@@ -122,7 +144,8 @@ RESFORMER = Preset(
         authors=("Zhou, Zhanchao", "Wu, Tianyi", "Jiang, Zhiyun", "Obeid, Fares", "Lan, Zhenzhong"),
         year=2024, arxiv="2410.17897",
     ),
-    converter="hf_valuearch.conversion.value_paths:to_resformer",
+    conversion=ConversionTarget("hf_valuearch.conversion.value_paths:to_resformer", exact=lambda source: True,
+                                note="alpha = 1 on V, beta = 0 on V1"),
     defaults={
         "value_source": "v1",  # ResFormer Eq. 5: V_1 = H_0 W_V^1
         "value_mix": "add",  # ResFormer Eq. 5: lambda_1 V_1 + lambda_2 V_n
@@ -142,7 +165,8 @@ SATFORMER = Preset(
         authors=("Gunasekaran, Skye", "Wright, Téa", "Zhu, Rui-Jie", "Eshraghian, Jason"),
         year=2026, arxiv="2605.03953",
     ),
-    converter="hf_valuearch.conversion.value_paths:to_satformer",
+    conversion=ConversionTarget("hf_valuearch.conversion.value_paths:to_satformer", exact=lambda source: True,
+                                note="W_alpha = 0, so every gate ReLU(h W_alpha) is 0"),
     defaults={
         "value_source": "v1",  # SATFormer Eq. 3: V1 = layer 0's raw v_proj output
         "value_mix": "relu_gate",  # SATFormer Eq. 3, ValueResidualMixing(gate="relu"), the default gate
@@ -155,6 +179,11 @@ SATFORMER = Preset(
 
 # --- depth routing (depth_routing.py, spec_attnres.md) ---------------------------------------------------------
 
+# why a conversion to (RD-)AttnRes from the standard residual stream is not exact
+ZERO_QUERY_NOTE = ("zero pseudo-queries make every sublayer read h / n (n sources); RMSNorm(h / n) equals RMSNorm(h) "
+                   "only up to its epsilon, a relative difference of at most eps (n^2 - 1) / (2 mean(h^2)) per norm: "
+                   "small unless the residual stream is small")
+
 ATTNRES = Preset(
     model_type="attnres",
     class_prefix="AttnRes",
@@ -162,7 +191,8 @@ ATTNRES = Preset(
     summary="Each sublayer reads a softmax mixture of the block summaries and the current partial block over "
             "depth (learned pseudo-query per sublayer) instead of the residual stream.",
     paper=Paper(title="Attention Residuals", authors=("{Kimi Team}",), year=2026, arxiv="2603.15031"),
-    converter="hf_valuearch.conversion.depth_routing:valuearch_to_attnres",
+    conversion=ConversionTarget("hf_valuearch.conversion.depth_routing:valuearch_to_attnres",
+                                exact=lambda source: False, note=ZERO_QUERY_NOTE),
     defaults={
         "depth_routing": "block_attnres",
         # S = 4 sublayers: Table 4's Block AttnRes (S = 2, 4, 8 tie); N = 8 blocks for 16 layers ("N ≈ 8", §3.2).
@@ -180,7 +210,12 @@ RD_ATTNRES = Preset(
         title="Role-Decoupled Attention Residuals: Separating Matching and Content Retrieval Across Depth",
         authors=("Wang, Kehan",), year=2026, arxiv="2608.01075",
     ),
-    converter="hf_valuearch.conversion.depth_routing:to_rd_attnres",
+    conversion=ConversionTarget(
+        "hf_valuearch.conversion.depth_routing:to_rd_attnres",
+        exact=lambda source: getattr(source, "depth_routing", "standard") == "block_attnres",
+        note="exact from Block AttnRes (the V route starts as a copy of the Q/K route); from a standard-residual "
+             f"source: {ZERO_QUERY_NOTE}",
+    ),
     defaults={
         "depth_routing": "rd_attnres",
         # The RD-AttnRes abstract does not give the parent's block size; the Block AttnRes default (S = 4, Table 4).
@@ -204,7 +239,11 @@ KVM = Preset(
         title="Key-Value Means: Transformers with Expandable Block-Recurrent Compressed Memory",
         authors=("Goldstein, Daniel", "Cheah, Eugene"), year=2026, arxiv="2605.09877",
     ),
-    converter="hf_valuearch.conversion.kvm:llama_to_kvm",
+    conversion=ConversionTarget(
+        "hf_valuearch.conversion.kvm:llama_to_kvm", exact=lambda source: True,
+        note="exact while the context fits in the KVM window (kvm_window_chunks * kvm_chunk_size tokens, which "
+             "the probe does); beyond it the model reads the compressed state",
+    ),
     defaults={
         # the other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7)
         "default_mixer_type": "kvm",  # every layer's mixer when `mixer_types` is not given
@@ -219,4 +258,4 @@ PRESETS: dict[str, Preset] = {
     preset.model_type: preset for preset in (BASELINE, BOV, RESFORMER, SATFORMER, ATTNRES, RD_ATTNRES, KVM)
 }
 
-__all__ = ["Paper", "Preset", "PRESETS"]
+__all__ = ["ConversionTarget", "Paper", "Preset", "PRESETS"]

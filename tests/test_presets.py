@@ -9,6 +9,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from hf_valuearch import (MODEL_TYPES, PRESETS, Paper, Preset, ValueArchConfig, configuration_valuearch,
                           modeling_valuearch)
 from hf_valuearch.cards import model_card
+from hf_valuearch.presets import ConversionTarget
 from hf_valuearch.configuration_valuearch import preset_config_class
 from hf_valuearch.conversion import CONVERTERS, convert
 from hf_valuearch.modeling_valuearch import preset_model_classes
@@ -74,14 +75,17 @@ def test_preset_model_card_cites_its_paper(model_type):
 
 @pytest.mark.parametrize("model_type", ALL_TYPES)
 def test_preset_conversion_target(model_type):
-    """Every preset is a conversion target that turns the standard decoder into a model of that type whose
-    weights it keeps."""
+    """Every preset is a conversion target that turns the standard decoder into a model of that type, keeping the
+    weights they share (table layers hold no W_V)."""
     source = tiny_model("valuearch")
     converted = convert(source, model_type)
     assert type(converted) is MODEL_TYPES[model_type][2]
-    converted_state = converted.state_dict()
-    for name, weight in source.state_dict().items():
-        assert torch.equal(converted_state[name], weight), name
+    assert isinstance(CONVERTERS[model_type].exact(source.config), bool) and CONVERTERS[model_type].note
+    source_state = source.state_dict()
+    kept = [name for name in converted.state_dict() if name in source_state]
+    assert "model.embed_tokens.weight" in kept and "model.layers.2.mlp.down_proj.weight" in kept
+    for name in kept:
+        assert torch.equal(converted.state_dict()[name], source_state[name]), name
 
 
 def test_a_new_preset_is_one_declaration():
@@ -89,7 +93,7 @@ def test_a_new_preset_is_one_declaration():
     preset = Preset(
         model_type="test_preset", class_prefix="TestPreset", mechanism="a test", summary="x0 values, learnable.",
         paper=Paper(title="A Test", authors=("Doe, Jane",), year=2026, arxiv="2601.00001"),
-        converter="hf_valuearch.conversion:to_valuearch",
+        conversion=ConversionTarget("hf_valuearch.conversion:to_valuearch", exact=lambda source: True, note=""),
         defaults={"value_source": "x0", "value_coefficients": "learnable", "value_layers": [1, 2],
                   "default_mixer_type": "sliding_attention", "sliding_window": 4},
     )
@@ -104,7 +108,8 @@ def test_a_new_preset_is_one_declaration():
 
 
 def test_a_preset_default_must_name_a_config_field():
-    preset = Preset(model_type="bad", class_prefix="Bad", mechanism="", summary="", converter="x:y",
+    preset = Preset(model_type="bad", class_prefix="Bad", mechanism="", summary="",
+                    conversion=ConversionTarget("x:y", exact=lambda source: True, note=""),
                     paper=Paper(title="T", authors=("A, B",), year=2026, arxiv="2601.00001"),
                     defaults={"value_sorce": "x0"})
     with pytest.raises(ValueError, match="value_sorce"):

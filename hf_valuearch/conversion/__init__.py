@@ -3,8 +3,9 @@
 `convert(model, target)` returns a new model of architecture `target`. A Llama source is first
 converted to the standard `valuearch` decoder (same parameter names, config renamed field by field:
 identical logits); each architecture's converter then starts from a standard `valuearch` model.
-The targets are "llama" and every preset, whose converter its declaration names (`presets.py`).
-`scripts/convert.py` is the command-line front end.
+The targets are "llama" and every preset, whose declaration (`presets.py`) names its converter and says when
+the conversion is exact. Every target declares when its conversion is exact by construction (`Conversion.exact`), and
+`logit_difference` measures it on a fixed probe batch. `scripts/convert.py` is the command-line front end.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import importlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
+import torch
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .. import MODEL_TYPES, PRESETS
@@ -47,21 +50,30 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
     return copy_weights(LlamaForCausalLM(LlamaConfig(**carried_fields(model.config, LlamaConfig))), model)
 
 
+class Conversion(NamedTuple):
+    """A conversion target: its converter, whether it is exact by construction for a given source config,
+    and what makes the logits differ (or, when exact, the condition under which they are equal)."""
+
+    convert: Callable[[PreTrainedModel], PreTrainedModel]
+    exact: Callable[[object], bool]
+    note: str
+
+
 def to_valuearch(model: ValueArchForCausalLM) -> ValueArchForCausalLM:
     """The standard valuearch decoder as it is (`convert` has already turned a Llama source into one)."""
     return model
 
 
-def _converter(reference: str) -> Callable[[PreTrainedModel], PreTrainedModel]:
-    """The function a preset's `converter` ("module:function") names."""
-    module, function = reference.split(":")
-    return getattr(importlib.import_module(module), function)
+def _from_declaration(target) -> Conversion:
+    """A preset's `ConversionTarget` with its converter ("module:function") resolved."""
+    module, function = target.converter.split(":")
+    return Conversion(getattr(importlib.import_module(module), function), target.exact, target.note)
 
 
-# target name -> converter from a Llama or valuearch-family model: "llama" plus every preset's declared converter.
-CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
-    "llama": valuearch_to_llama,
-    **{model_type: _converter(preset.converter) for model_type, preset in PRESETS.items()},
+# target name -> conversion from a Llama or valuearch-family model: "llama" plus every preset's declared one.
+CONVERTERS: dict[str, Conversion] = {
+    "llama": Conversion(valuearch_to_llama, lambda source: True, "the same parameters under a renamed config"),
+    **{model_type: _from_declaration(preset.conversion) for model_type, preset in PRESETS.items()},
 }
 
 
@@ -73,25 +85,79 @@ def convert(model: PreTrainedModel, target: str) -> PreTrainedModel:
         if target == "llama":
             return model
         model = llama_to_valuearch(model)
-    return CONVERTERS[target](model)
+    return CONVERTERS[target].convert(model)
+
+
+PROBE_SHAPE = (2, 32)  # (batch, length) of the probe batch every conversion is measured on
+
+
+def probe_batch(vocab_size: int) -> torch.Tensor:
+    """The fixed probe batch: PROBE_SHAPE token ids in [0, vocab_size) from a generator seeded with 0."""
+    return torch.randint(0, vocab_size, PROBE_SHAPE, generator=torch.Generator().manual_seed(0))
+
+
+@torch.no_grad()
+def logit_difference(source: PreTrainedModel, converted: PreTrainedModel) -> float:
+    """max |logits(converted) - logits(source)| on `probe_batch`, each model in its own dtype."""
+    ids = probe_batch(min(source.config.vocab_size, converted.config.vocab_size))
+    source_logits = source(ids.to(source.device)).logits.float()
+    converted_logits = converted(ids.to(converted.device)).logits.float().to(source_logits.device)
+    return (converted_logits - source_logits).abs().max().item()
+
+
+def conversion_report(source: PreTrainedModel, converted: PreTrainedModel, target: str) -> str:
+    """Two lines: the measured logit difference on the probe batch, and whether the conversion is exact by
+    construction (with the reason)."""
+    conversion = CONVERTERS[target]
+    exact = "yes" if conversion.exact(source.config) else "no"
+    return (f"max |logit difference| against the source on the probe batch ({PROBE_SHAPE[0]} x {PROBE_SHAPE[1]} "
+            f"tokens, seed 0): {logit_difference(source, converted):.3g}\n"
+            f"exact by construction: {exact} ({conversion.note})")
 
 
 def load_for_conversion(path: str | Path) -> PreTrainedModel:
-    """Load a Llama or valuearch-family checkpoint directory in its stored dtype."""
-    model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
+    """Load a Llama or valuearch-family checkpoint directory in its stored dtype.
+
+    Raises ValueError (one line) when `path` is not such a checkpoint: not a directory, no config.json, an
+    unknown model type, or weights that do not load.
+    """
+    path = Path(path)
+    expected = "a checkpoint directory written by save_pretrained (LlamaForCausalLM or an hf_valuearch model)"
+    if not path.is_dir():
+        raise ValueError(f"{str(path)!r} is not a directory: expected {expected}")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{str(path)!r} has no config.json: expected {expected}")
+    try:
+        model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{str(path)!r}: config.json does not load ({_first_line(error)})") from error
     if model_type == "llama":
-        return LlamaForCausalLM.from_pretrained(path, dtype="auto").eval()
-    if model_type in MODEL_TYPES:
-        return MODEL_TYPES[model_type][2].from_pretrained(path, dtype="auto").eval()
-    raise ValueError(f"cannot convert a {model_type!r} checkpoint: expected 'llama' or one of {sorted(MODEL_TYPES)}")
+        model_class = LlamaForCausalLM
+    elif model_type in MODEL_TYPES:
+        model_class = MODEL_TYPES[model_type][2]
+    else:
+        raise ValueError(f"cannot convert a {model_type!r} checkpoint: expected 'llama' or one of {sorted(MODEL_TYPES)}")
+    try:
+        return model_class.from_pretrained(path, dtype="auto").eval()
+    except OSError as error:  # no or unreadable weight files
+        raise ValueError(f"{str(path)!r}: the weights do not load ({_first_line(error)})") from error
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def save_converted(model: PreTrainedModel, destination: str | Path, tokenizer_source: str | Path) -> None:
+    """Save a converted model (weights, config, remote code) with the tokenizer files found in `tokenizer_source`."""
+    destination = Path(destination)
+    model.save_pretrained(destination)
+    for name in TOKENIZER_FILES:
+        if (Path(tokenizer_source) / name).exists():
+            shutil.copy2(Path(tokenizer_source) / name, destination / name)
 
 
 def convert_checkpoint(source: str | Path, destination: str | Path, target: str) -> PreTrainedModel:
     """Convert the checkpoint directory `source` to `target` and save it (weights, config, code, tokenizer)."""
     model = convert(load_for_conversion(source), target)
-    destination = Path(destination)
-    model.save_pretrained(destination)
-    for name in TOKENIZER_FILES:
-        if (Path(source) / name).exists():
-            shutil.copy2(Path(source) / name, destination / name)
+    save_converted(model, destination, source)
     return model
