@@ -10,7 +10,7 @@ Everything else is derived from `PRESETS`:
 * the conversion target `scripts/convert.py --to MODEL_TYPE` and its exactness report (`hf_valuearch/conversion/`).
 
 A new preset is one entry below; `tests/test_presets.py` checks that every registered type has all of the above.
-This module is carried inside checkpoints (configuration_valuearch.py imports it), so it imports nothing.
+This module is carried inside checkpoints (configuration_valuearch.py imports it): standard library only.
 """
 
 from __future__ import annotations
