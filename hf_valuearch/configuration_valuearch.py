@@ -33,6 +33,7 @@ MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")  # declared in cach
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
+INITIALIZATIONS = ("normal", "nanochat")
 
 
 def _fail(field: str, value, allowed: str):
@@ -65,6 +66,14 @@ class ValueArchConfig(PreTrainedConfig):
     Decoder options (all off by default, i.e. Llama behaviour):
         qk_norm: per-head normalisation of q and k after projection, before RoPE: "none", "rmsnorm" or
             "layernorm" (KVM backbone, SATFormer).
+        qk_norm_eps: epsilon of the q/k norms; None = `rms_norm_eps` (SATFormer and KVM use 1e-5 there).
+        qk_scale: q and k are multiplied by this after the q/k-norm (nanochat: 1.2); needs `qk_norm`.
+        norm_weights: False drops the learnable weight of every RMSNorm (and the q/k norms' affine
+            parameters): nanochat's parameter-free `F.rms_norm`.
+        embedding_norm: RMSNorm of the embeddings before the first layer (nanochat `x = norm(wte(idx))`).
+        smear_gate: nanochat's smear, h_t += λ σ(W_s h_t[:24]) h_{t-1} on the decoder input (λ zero-init).
+        initialization: "normal" (Llama: N(0, initializer_range)) or "nanochat" (U(±√3/√d) q/k/v, 0.4× for
+            the MLP input, zero output projections, embeddings N(0, 0.8), LM head N(0, 0.001)).
         mlp_activation: "swiglu" (Llama) or "relu2" (`down(relu(up(x))^2)`, nanochat / KVM backbone).
         final_logit_softcapping: if set to c, logits become `c * tanh(logits / c)` (nanochat: 15).
         rope_parameters["partial_rotary_factor"]: fraction of each head's dimensions that RoPE rotates
@@ -128,6 +137,12 @@ class ValueArchConfig(PreTrainedConfig):
     mlp_bias: bool = False
     # --- decoder options ---
     qk_norm: str = "none"
+    qk_norm_eps: float | None = None  # None: rms_norm_eps
+    qk_scale: float | None = None
+    norm_weights: bool = True
+    embedding_norm: bool = False
+    smear_gate: bool = False
+    initialization: str = "normal"
     mlp_activation: str = "swiglu"
     final_logit_softcapping: float | None = None
     # --- axis 1: value path ---
@@ -170,10 +185,16 @@ class ValueArchConfig(PreTrainedConfig):
                 self.head_dim = self.hidden_size // self.num_attention_heads
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
+        if self.qk_norm_eps is None:
+            self.qk_norm_eps = self.rms_norm_eps
         if self.mixer_types is None and isinstance(self.num_hidden_layers, int):
             self.mixer_types = [self.default_mixer_type] * self.num_hidden_layers
         super().__post_init__(**kwargs)
         self.validate_valuearch()
+
+    def _validate_linspace_rope_parameters(self, rope_parameters: dict, ignore_keys: set | None = None):
+        """rope_type "linspace" (KVM-paper frequencies, `ValueArchRotaryEmbedding`) takes the keys of "default"."""
+        self._validate_default_rope_parameters(rope_parameters, ignore_keys=ignore_keys)
 
     @property
     def rotary_dim(self) -> int:
@@ -200,6 +221,17 @@ class ValueArchConfig(PreTrainedConfig):
         if not (isinstance(self.attention_dropout, (int, float)) and 0.0 <= self.attention_dropout < 1.0):
             _fail("attention_dropout", self.attention_dropout, "expected a number in [0, 1)")
         _check_choice("qk_norm", self.qk_norm, QK_NORMS)
+        _check_float("qk_norm_eps", self.qk_norm_eps, 0.0, strictly=True)
+        if self.qk_scale is not None:
+            _check_float("qk_scale", self.qk_scale, 0.0, strictly=True)
+            if self.qk_norm == "none":
+                _fail("qk_scale", self.qk_scale, "scales q and k after the q/k-norm; set qk_norm or use None")
+        for field in ("norm_weights", "embedding_norm", "smear_gate"):
+            if not isinstance(getattr(self, field), bool):
+                _fail(field, getattr(self, field), "expected True or False")
+        if self.smear_gate and self.hidden_size < 24:
+            _fail("smear_gate", True, f"its gate reads the first 24 channels; hidden_size={self.hidden_size} is smaller")
+        _check_choice("initialization", self.initialization, INITIALIZATIONS)
         _check_choice("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         if self.final_logit_softcapping is not None:
             _check_float("final_logit_softcapping", self.final_logit_softcapping, 0.0, strictly=True)

@@ -173,6 +173,8 @@ SATFORMER = Preset(
         "value_coefficients": "learnable",  # W_alpha = Linear(hidden, num_kv_heads, bias=False), trained
         "value_layers": "all",  # SATFormer repo default: every layer > 0 (value_residual_last_k unset)
         "qk_norm": "rmsnorm",  # SATFormer configs: qk_norm=True (fla RMSNorm)
+        # attn_satformer.py: q/k RMSNorm(head_dim) at fla's default eps; norm_eps 1e-6 elsewhere
+        "qk_norm_eps": 1e-5,
         "tie_word_embeddings": True,  # SATFormer configs: tied embeddings
     },
 )
@@ -233,8 +235,8 @@ KVM = Preset(
     mechanism="Key-Value Means",
     summary="Every layer is a KVM layer: a block sliding window plus a compressed, growable state of key/value "
             "sums (here a fixed 256-slot state, the paper's `kvm_wd.yaml`, spec_kvm.md A.4, A.7); per-head "
-            "LayerNorm of q and k and partial RoPE over the first half of each head, whose rotary half the "
-            "state keys zero (spec A.1).",
+            "LayerNorm of q and k and partial RoPE over the first half of each head with the paper's frequencies, "
+            "whose rotary half the state keys zero (spec A.1).",
     paper=Paper(
         title="Key-Value Means: Transformers with Expandable Block-Recurrent Compressed Memory",
         authors=("Goldstein, Daniel", "Cheah, Eugene"), year=2026, arxiv="2605.09877",
@@ -250,6 +252,10 @@ KVM = Preset(
         # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
         "partial_rotary_factor": 0.5,
         "qk_norm": "layernorm",  # spec A.1: per-head LayerNorm on q and k
+        "qk_norm_eps": 1e-5,  # value_residual_mixin.py: ln_q, ln_k = nn.LayerNorm(d_head), eps 1e-5
+        # the paper's frequencies (1/θ)^linspace(0, 1, n), θ = 10000 (rwkv7_backbone.py RotaryEmbedding; rope_theta
+        # 10000 in configs/prolong), unless `rope_parameters` is given
+        "rope_parameters": {"rope_type": "linspace"},
     },
 )
 
