@@ -126,11 +126,14 @@ class SequenceMixer:
         class built as module(config, layer_idx) that replaces it, called with q [B, H, T, D], k, v [B, H_kv, T, D]
         (after q/k norm and RoPE), the attention input [B, T, hidden], the mask and the cache, returning
         [B, T, H, D]; it reads and writes its own cache layer.
+    compiles_fullgraph: whether a forward through such layers traces in one graph (torch.compile(fullgraph=True),
+        torch.export); a model claims `_can_compile_fullgraph` only if all its mixers do.
     """
 
     mask: Callable
     cache_layer: Callable[..., CacheLayerMixin]
     module: type[nn.Module] | None = None
+    compiles_fullgraph: bool = True
 
 
 # mixer name -> declaration; configuration_valuearch.MIXER_TYPES lists the same names for config validation.
@@ -139,8 +142,9 @@ SEQUENCE_MIXERS: dict[str, SequenceMixer] = {
     "sliding_attention": SequenceMixer(mask=create_sliding_window_causal_mask,
                                        cache_layer=sliding_attention_cache_layer),
     # Key-Value Means (kvm.py): window buffers and compressed state, whatever the value path
+    # unpadded batches trace in one graph; padded ones run each sequence on its own tokens (a data-dependent split)
     "kvm": SequenceMixer(mask=kvm_padding_mask, cache_layer=lambda config, layer_idx: KVMCacheLayer(),
-                         module=KVMMixer),
+                         module=KVMMixer, compiles_fullgraph=False),
 }
 
 

@@ -150,9 +150,12 @@ def depth_read(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.M
     Returns the normalised mixtures (a list of k, or 1, [B, T, D] in the values' dtype) and the depth weights
     α [n, B, T, k] (float32 or float64, detached).
     """
-    compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
-    folded = queries.to(compute_dtype) * key_norm.weight.to(compute_dtype)  # [k, D]
-    norm_weight = norm.weight if norm.weight is not None else values[0].new_ones(values[0].shape[-1])
+    if torch.compiler.is_compiling():  # the compiler fuses the formula itself (and dynamo cannot trace the Function)
+        return depth_read_reference(values, queries, key_norm, norm, average_mixtures)
+    # the values' device: with a device map, the final read's module may sit elsewhere than the last layer
+    device, compute_dtype = values[0].device, torch.promote_types(values[0].dtype, torch.float32)
+    folded = queries.to(device, compute_dtype) * key_norm.weight.to(device, compute_dtype)  # [k, D]
+    norm_weight = norm.weight.to(device) if norm.weight is not None else values[0].new_ones(values[0].shape[-1])
     *outputs, alpha = _DepthSoftmaxMixNorm.apply(
         folded, key_norm.eps, norm_weight, norm.variance_epsilon, average_mixtures, *values
     )
@@ -162,21 +165,22 @@ def depth_read(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.M
 def depth_read_reference(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.Module, norm: nn.Module,
                          average_mixtures: bool = False):
     """`depth_read` as the paper writes it, differentiated by autograd: the reference the fused read is tested
-    against (`use_reference_depth_read` switches a model to it). Same arguments, results and precision.
+    against (`use_reference_depth_read` switches a model to it), and what torch.compile / torch.export trace.
+    Same arguments, results and precision.
 
     For pseudo-query w and sources v_j (AttnRes Eq. 2-3; no 1/sqrt(d) scaling):
         α_j = softmax_j(w · RMSNorm(v_j))   (Eq. 2, the key RMSNorm with its weight γ)
         h = Σ_j α_j v_j                       (Eq. 3)
     then the reading sublayer's pre-norm, out = norm(h).
     """
-    compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
+    device, compute_dtype = values[0].device, torch.promote_types(values[0].dtype, torch.float32)
     sources = torch.stack([v.to(compute_dtype) for v in values])  # v_j: [n, B, T, D]
-    keys = rms_norm(sources, key_norm.eps, compute_dtype) * key_norm.weight.to(compute_dtype)  # [n, B, T, D]
-    alpha = torch.softmax(keys @ queries.to(compute_dtype).T, dim=0)  # Eq. 2: [n, B, T, k]
+    keys = rms_norm(sources, key_norm.eps, compute_dtype) * key_norm.weight.to(device, compute_dtype)  # [n, B, T, D]
+    alpha = torch.softmax(keys @ queries.to(device, compute_dtype).T, dim=0)  # Eq. 2: [n, B, T, k]
     weights = alpha.mean(-1, keepdim=True) if average_mixtures else alpha  # the mean of the k mixtures, or each
     mixtures = torch.einsum("nbtk,nbtd->kbtd", weights, sources)  # Eq. 3: h [k, B, T, D]
     normalised = rms_norm(mixtures, norm.variance_epsilon, compute_dtype).to(values[0].dtype)
-    outputs = [h if norm.weight is None else norm.weight * h for h in normalised]
+    outputs = [h if norm.weight is None else norm.weight.to(device) * h for h in normalised]
     return outputs, alpha.detach()
 
 

@@ -352,11 +352,11 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ValueArchDecoderLayer"]
+    _skip_keys_device_placement = [CACHE_OUTPUT_FIELD]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
     _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
 
     def _init_weights(self, module):
@@ -386,6 +386,12 @@ class ValueArchPreTrainedModel(PreTrainedModel):
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         resize_value_tables(self if isinstance(self, ValueArchModel) else self.model, embeddings.num_embeddings)
         return embeddings
+
+    @property
+    def _can_compile_fullgraph(self) -> bool:
+        """Whether torch.compile(fullgraph=True) and torch.export trace every forward in one graph: yes unless a
+        layer's sequence mixer says otherwise (`SequenceMixer.compiles_fullgraph`; KVM's padded batches split)."""
+        return all(SEQUENCE_MIXERS[mixer].compiles_fullgraph for mixer in set(self.config.mixer_types))
 
     def valuearch_diagnostics(self) -> dict[str, dict]:
         """Every mechanism's diagnostics, `{module name: module.diagnostics()}`.
@@ -444,7 +450,8 @@ class ValueArchModel(ValueArchPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("ValueArchModel.forward needs exactly one of input_ids or inputs_embeds.")
         if input_ids is not None:
-            if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            # one host sync in eager mode; not while torch.compile / torch.export trace (a data-dependent branch)
+            if not torch.compiler.is_compiling() and ((input_ids < 0) | (input_ids >= self.config.vocab_size)).any():
                 raise ValueError(
                     f"input_ids must lie in [0, vocab_size={self.config.vocab_size}); got values in "
                     f"[{int(input_ids.min())}, {int(input_ids.max())}]."
@@ -496,6 +503,7 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    _fsdp_plan = {"lm_head": "keep_full_weight"}
 
     def __init__(self, config: ValueArchConfig):
         super().__init__(config)
@@ -593,7 +601,8 @@ def init_nanochat_weights(model: ValueArchPreTrainedModel):
 # --- named architectures: two model classes per preset, derived from its config class (presets.py) ---------
 
 
-def preset_model_classes(config_class: type[ValueArchConfig]) -> tuple[type[ValueArchModel], type[ValueArchForCausalLM]]:
+def preset_model_classes(config_class: type[ValueArchConfig]) -> tuple[type[ValueArchModel],
+                                                                        type[ValueArchForCausalLM]]:
     """`{class_prefix}Model` and `{class_prefix}ForCausalLM` of a preset's config class (transformers maps one
     model class per config class)."""
     prefix = config_class.__name__.removesuffix("Config")
