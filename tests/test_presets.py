@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from hf_valuearch import (MODEL_TYPES, PRESETS, Paper, Preset, ValueArchConfig, configuration_valuearch,
                           modeling_valuearch)
-from hf_valuearch.cards import model_card
+from hf_valuearch.cards import render_model_card
 from hf_valuearch.presets import ConversionTarget
 from hf_valuearch.configuration_valuearch import preset_config_class
 from hf_valuearch.conversion import CONVERTERS, convert
@@ -69,9 +69,10 @@ def test_preset_auto_registration(model_type):
 
 
 @pytest.mark.parametrize("model_type", ALL_TYPES)
-def test_preset_model_card_cites_its_paper(model_type):
+def test_preset_model_card_cites_its_paper(model_type, tmp_path):
     paper = PRESETS[model_type].paper
-    card = model_card(tiny_model(model_type))
+    tiny_model(model_type).config.save_pretrained(tmp_path)
+    card = render_model_card(tmp_path)
     assert paper.title in card and f"arXiv:{paper.arxiv}" in card and paper.citation in card
     assert PRESETS[model_type].mechanism in card
 
