@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import glob
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +21,7 @@ from hf_valuearch.training import load_config
 from tests.common import random_ids, tiny_config, tiny_model
 
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "depth_routing"
 
 
 def naive_depth_read(values, query, key_norm_weight, eps):
@@ -427,18 +428,18 @@ def test_config_validation():
 EXPECTED_SIZES = {"120m": 120e6, "343m": 343e6}
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob("configs/depth_routing/*.json")))
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda path: path.stem)
 def test_config_files_load(path):
-    config = load_config(path)
+    config = load_config(str(path))
     lm_class = MODEL_TYPES[config.model_type][2]
     with torch.device("meta"):
         model = lm_class(config)
-    size = next((s for key, s in EXPECTED_SIZES.items() if key in path), None)
+    size = next((s for key, s in EXPECTED_SIZES.items() if key in path.name), None)
     if size is not None:  # within 1.5% of the paper's stated size
         assert abs(sum(p.numel() for p in model.parameters()) - size) / size < 0.015
 
 
 def test_config_files_present():
-    names = {path.split("/")[-1] for path in glob.glob("configs/depth_routing/*.json")}
+    names = {path.name for path in CONFIG_DIR.glob("*.json")}
     for model_type in ("attnres", "rd_attnres"):
         assert {f"{model_type}_{size}.json" for size in ("120m", "343m", "tiny")} <= names
