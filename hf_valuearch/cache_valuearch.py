@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
 
+from .kvm import KVMMixer
 from .value_paths import caches_token_ids
 
 
@@ -107,3 +108,54 @@ class ValueArchCache(Cache):
 
     def __init__(self, config):
         super().__init__(layers=[cache_layer_for(config, i) for i in range(config.num_hidden_layers)])
+
+    def nbytes(self) -> int:
+        """Bytes of the tensors every layer holds (what `cache_bytes` predicts)."""
+        return sum(layer.nbytes() if isinstance(layer, KVMCacheLayer)
+                   else sum(t.numel() * t.element_size() for t in (layer.keys, layer.values) if t is not None)
+                   for layer in self.layers)
+
+
+TOKEN_ID_BYTES = 8  # table layers cache int64 token ids
+
+
+def cache_layer_bytes(config, layer_idx: int, dtype: torch.dtype, context_length: int) -> int:
+    """Bytes the cache of layer `layer_idx` holds for one sequence after `context_length` tokens.
+
+    full / sliding attention: tokens kept (all, or the last sliding_window - 1) * (keys + values), where a table
+    layer (BoV) keeps an int64 token id instead of H_kv * head_dim values; KVM: (state slots + window tokens) *
+    H_kv * (2 * head_dim + 1) (keys, values and one radius or merge gate each), slots and window from its schedule.
+    """
+    element = torch.empty((), dtype=dtype).element_size()
+    kv_width = config.num_key_value_heads * config.head_dim
+    mixer = config.mixer_types[layer_idx]
+    if mixer == "kvm":
+        with torch.device("meta"):
+            slots, window_tokens = KVMMixer(config, layer_idx).cache_size(context_length)
+        return (slots + window_tokens) * config.num_key_value_heads * (2 * config.head_dim + 1) * element
+    tokens = min(context_length, config.sliding_window - 1) if mixer == "sliding_attention" else context_length
+    value_bytes = TOKEN_ID_BYTES if caches_token_ids(config, layer_idx) else kv_width * element
+    return tokens * (kv_width * element + value_bytes)
+
+
+def cache_bytes(config, dtype: torch.dtype, context_length: int, batch_size: int = 1) -> int:
+    """Bytes of a `ValueArchCache` after `context_length` tokens of `batch_size` sequences, activations in `dtype`."""
+    return batch_size * sum(cache_layer_bytes(config, i, dtype, context_length)
+                            for i in range(config.num_hidden_layers))
+
+
+def cache_bytes_per_token(config, dtype: torch.dtype, context_length: int | None = None) -> float:
+    """Generation-cache bytes per token of one sequence.
+
+    With `context_length`: cache_bytes / context_length at that length. Without: the growth per token of a long
+    sequence, i.e. only the full-attention layers count (sliding-window and KVM caches are bounded or grow
+    sublinearly). Standard decoder: 2 * layers * H_kv * head_dim * element size; each BoV table layer stores an
+    int64 token id instead of its H_kv * head_dim values.
+    """
+    if context_length is not None:
+        if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
+            raise ValueError(f"cache_bytes_per_token: context_length={context_length!r} is invalid: expected None "
+                             "or an integer >= 1.")
+        return cache_bytes(config, dtype, context_length) / context_length
+    return float(sum(cache_layer_bytes(config, i, dtype, 1) for i in range(config.num_hidden_layers)
+                     if config.mixer_types[i] == "full_attention"))

@@ -127,6 +127,17 @@ class KVMMixer(nn.Module):
             target = max(target // self.round_down * self.round_down, self.min_slots)
         return max(min(target, left_window, self.max_slots), current_slots)
 
+    def cache_size(self, seen: int) -> tuple[int, int]:
+        """(state slots, window tokens) after `seen` tokens; the schedule does not depend on the data, so this
+        walks the chunk boundaries `extend` crosses without any tensors."""
+        chunk, slots = self.chunk_size, min(seen, self.chunk_size)  # the first chunk enters verbatim
+        covered = slots
+        while covered < self.window_start(seen):
+            desired = self.desired_state_slots(self.window_chunks * chunk + covered, covered + chunk, slots)
+            slots += min(desired - slots, chunk)
+            covered += chunk
+        return slots, seen - self.window_start(seen)
+
     def window_start(self, length: int) -> int:
         """First raw token the queries of the chunk that ends at `length` see: ceil(T/C)*C - n_w*C, at least 0."""
         chunk_end = -(-length // self.chunk_size) * self.chunk_size
