@@ -306,10 +306,10 @@ def test_evaluate_script_runs_each_suite(model_dir, core_data, tmp_path, capsys)
     assert "**CORE score**" in (tmp_path / "core" / "summary.md").read_text()
 
     run_script("evaluate", "--model", str(model_dir), "--suite", "ruler", "--tasks", "niah_single_1,vt",
-               "--lengths", "768", "1024", "--limit", "1", "--batch-size", "2", "--output", str(tmp_path / "ruler"))
+               "--lengths", "1024", "1536", "--limit", "1", "--batch-size", "2", "--output", str(tmp_path / "ruler"))
     record = json.loads((tmp_path / "ruler" / "results.json").read_text())
     assert set(record["summary"]) == {"niah_single_1", "vt"}
-    assert set(record["summary"]["vt"]) == {"768", "1024", "acc"}
+    assert set(record["summary"]["vt"]) == {"1024", "1536", "acc"}
     assert (tmp_path / "ruler" / "ruler_accuracy_vs_length.png").is_file()
     assert "| vt |" in (tmp_path / "ruler" / "summary.md").read_text()
 
