@@ -182,6 +182,12 @@ class ValueArchConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.validate_valuearch()
 
+    def validate(self):
+        """transformers' checks, then `validate_valuearch`; `save_pretrained` calls this, so a field changed after
+        construction is checked before it is saved."""
+        super().validate()
+        self.validate_valuearch()
+
     def _validate_linspace_rope_parameters(self, rope_parameters: dict, ignore_keys: set | None = None):
         """rope_type "linspace" (KVM-paper frequencies, `ValueArchRotaryEmbedding`) takes the keys of "default"."""
         self._validate_default_rope_parameters(rope_parameters, ignore_keys=ignore_keys)
@@ -415,9 +421,9 @@ class SatFormerConfig(ValueArchConfig):
     tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
 
 
-# ==================================================================================================
+# ===========================================================================================
 # KVM: Key-Value Means (Goldstein & Cheah, arXiv:2605.09877; spec_kvm.md)
-# ==================================================================================================
+# ===========================================================================================
 
 
 class KvmConfig(ValueArchConfig):
