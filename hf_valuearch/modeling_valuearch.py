@@ -141,6 +141,7 @@ class ValueArchRotaryEmbedding(nn.Module):
         inv_freq, self.attention_scaling = self.rope_init_fn(config)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+        self.table_dtype = getattr(torch, config.rope_table_dtype) if config.rope_table_dtype else None
 
     @staticmethod
     def compute_default_rope_parameters(config: ValueArchConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
@@ -166,6 +167,8 @@ class ValueArchRotaryEmbedding(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, rotary_dim]
         cos = emb.cos() * self.attention_scaling
         sin = emb.sin() * self.attention_scaling
+        if self.table_dtype is not None:  # rounded as the tables of the checkpoint's training code were
+            cos, sin = cos.to(self.table_dtype), sin.to(self.table_dtype)
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
