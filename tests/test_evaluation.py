@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import runpy
 import subprocess
 import sys
 from collections import Counter
@@ -182,7 +183,10 @@ def test_core_score_aggregates_centered_accuracies():
     assert CORE_TASKS["commonsense_qa"].random_baseline == 40.3 and CORE_TASKS["boolq"].random_baseline == 62.0
 
 
-def test_task_folder_declares_every_core_task():
+def test_task_folder_declares_every_core_task(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["python -m hf_valuearch.evaluation", "--task-dir"])
+    runpy.run_module("hf_valuearch.evaluation", run_name="__main__")
+    assert capsys.readouterr().out.strip() == str(TASK_DIR)
     core_yamls = {p.stem for p in TASK_DIR.glob("core_*.yaml")}
     assert core_yamls == {f"core_{name}" for name in CORE_TASKS}
     group = (TASK_DIR / "core.yaml").read_text()

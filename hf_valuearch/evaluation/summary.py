@@ -22,8 +22,7 @@ def core_summary(accuracies: dict[str, float]) -> tuple[dict[str, dict[str, floa
 
 def length_scores(task_results: dict) -> dict[int, float]:
     """{length: accuracy} from one RULER / NIAH task's lm-eval results (metric names like "4096,none")."""
-    return {int(key.split(",")[0]): value for key, value in task_results.items()
-            if key.split(",")[0].isdigit() and not key.startswith("sample")}
+    return {int(key.split(",")[0]): value for key, value in task_results.items() if key.split(",")[0].isdigit()}
 
 
 def grid_scores(task_results: dict) -> dict[int, dict[int, float]]:
