@@ -33,8 +33,9 @@ Routings (config.depth_routing):
   selects the V-route query (these control definitions are reconstructed from the paper's abstract,
   which names the controls but does not define them; see spec_attnres.md §4):
     - "learned": its own zero-initialised query `value_route_query`;
-    - "tied": the Q/K query, both routes executed (controls for duplicated routing; equals Block AttnRes);
-    - "average": both routes use (attn_route_query + value_route_query) / 2 (controls for the parameter);
+    - "tied": the V route is the Q/K route (both executed; equals Block AttnRes exactly);
+    - "average": both routes run with their own queries and the mean of their mixtures, ½(h_QK + h_V),
+      feeds Q, K and V (controls for running the routing twice; spec_attnres.md §4);
     - "frozen": a fixed zero query, i.e. a uniform mean over the sources (a fixed value route).
 """
 
@@ -54,7 +55,10 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
     each followed by the reading sublayer's pre-norm RMSNorm (weight w, epsilon norm_eps):
 
         rstd_j = rsqrt(mean(v_j^2) + eps),  dots_jq = v_j · q_q,  α_jq = softmax_j(dots_jq · rstd_j),
-        m_q = Σ_j α_jq v_j,  r_q = rsqrt(mean(m_q^2) + norm_eps),  out_q = w ⊙ (m_q r_q)
+        m_q = Σ_j β_jq v_j,  r_q = rsqrt(mean(m_q^2) + norm_eps),  out_q = w ⊙ (m_q r_q)
+
+    with mixing weights β = α (k outputs), or, with `average_mixtures`, one output mixed with the mean
+    β_j = (1/k) Σ_q α_jq, i.e. the mean of the k mixtures (RD-AttnRes's "average" control).
 
     in float32 (float64 for float64 values), cast back to the values' dtype before the weight, as
     `ValueArchRMSNorm` does. Backward keeps references to the values, the per-token α, dots, rstd
@@ -63,11 +67,12 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
     `_AttnResAggregation` does, so no per-source float32 copy lives until the backward pass. The k
     mixtures share each pass over the sources. Fusing the
     pre-norm saves autograd's many small RMSNorm backward ops, which matters most for RD-AttnRes's
-    second (value-route) read. Returns the k outputs as separate tensors and α (not differentiable).
+    second (value-route) read. Returns the outputs as separate tensors and α [n, B, T, k] (not
+    differentiable).
     """
 
     @staticmethod
-    def forward(ctx, queries, eps: float, norm_weight, norm_eps: float, *values):
+    def forward(ctx, queries, eps: float, norm_weight, norm_eps: float, average_mixtures: bool, *values):
         # queries: [k, D] in the compute dtype; norm_weight: [D]; values: n tensors [B, T, D]
         hidden_size, dtype, out_dtype = values[0].shape[-1], queries.dtype, values[0].dtype
         dots = torch.stack([v.to(dtype) @ queries.T for v in values])  # [n, B, T, k]
@@ -76,16 +81,18 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
         ) / hidden_size  # [n, B, T]
         rstd = torch.rsqrt(mean_squares + eps).unsqueeze(-1)  # [n, B, T, 1]
         alpha = torch.softmax(dots * rstd, dim=0)  # [n, B, T, k]
-        # all k mixtures in one pass over the sources: m [k, B, T, D]
-        alpha_by_query = alpha.permute(0, 3, 1, 2).unsqueeze(-1)  # [n, k, B, T, 1]
-        mixed = alpha_by_query[0] * values[0]
-        for alpha_j, v in zip(alpha_by_query[1:], values[1:]):
-            mixed.addcmul_(alpha_j, v)
+        weights = alpha.mean(-1, keepdim=True) if average_mixtures else alpha  # β [n, B, T, k_out]
+        # all mixtures in one pass over the sources: m [k_out, B, T, D]
+        weights_by_output = weights.permute(0, 3, 1, 2).unsqueeze(-1)  # [n, k_out, B, T, 1]
+        mixed = weights_by_output[0] * values[0]
+        for weight_j, v in zip(weights_by_output[1:], values[1:]):
+            mixed.addcmul_(weight_j, v)
         mixed_mean_square = torch.linalg.vector_norm(mixed, dim=-1, keepdim=True).square() / hidden_size
         mixed_rstd = torch.rsqrt(mixed_mean_square + norm_eps)  # r [k, B, T, 1]
         normalised = (mixed * mixed_rstd).to(out_dtype)  # m r  [k, B, T, D]
         outputs = [norm_weight * normalised_q for normalised_q in normalised]
         ctx.save_for_backward(queries, norm_weight, alpha, dots, rstd, mixed_rstd, normalised, *values)
+        ctx.average_mixtures = average_mixtures
         ctx.mark_non_differentiable(alpha)
         return (*outputs, alpha)
 
@@ -104,36 +111,45 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
             projection = (grad_times_normalised @ weight).unsqueeze(-1) / hidden_size  # mean(dn ⊙ n_q) [B, T, 1]
             torch.mul(grad_q, weight, out=grad_mixed[q])
             grad_mixed[q].addcmul_(normalised_q, projection, value=-1).mul_(mixed_rstd[q])
-        # through the depth softmax: u_jq = <dm_q, v_j>; d logit_jq = α_jq (u_jq - Σ_i α_iq u_iq)
-        u = torch.stack([(grad_mixed * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k]
-        grad_logits = alpha * (u - (alpha * u).sum(0, keepdim=True))  # [n, B, T, k]
+        # through the mixing weights: u_jo = <dm_o, v_j> = dL/dβ_jo; dL/dα_jq = u_jq, or u_j / k for the mean
+        u = torch.stack([(grad_mixed * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k_out]
+        weights = alpha.mean(-1, keepdim=True) if ctx.average_mixtures else alpha  # β [n, B, T, k_out]
+        grad_alpha = u / alpha.shape[-1] if ctx.average_mixtures else u  # [n, B, T, k] (broadcast)
+        # through the depth softmax: d logit_jq = α_jq (g_jq - Σ_i α_iq g_iq)
+        grad_logits = alpha * (grad_alpha - (alpha * grad_alpha).sum(0, keepdim=True))  # [n, B, T, k]
         grad_dots = grad_logits * rstd  # d/d dots_jq  [n, B, T, k]
         # d logit / d rstd · d rstd / d v_j = -(Σ_q dlogit_jq dots_jq) rstd_j^3 v_j / D
         norm_coefficient = -(grad_logits * dots).sum(-1, keepdim=True) * rstd.pow(3) / hidden_size  # [n, B, T, 1]
         grad_values = []
-        for alpha_j, grad_dots_j, coefficient_j, v in zip(alpha, grad_dots, norm_coefficient, values):
+        for weight_j, grad_dots_j, coefficient_j, v in zip(weights, grad_dots, norm_coefficient, values):
             grad_v = torch.addcmul(grad_dots_j @ queries, coefficient_j, v)  # [B, T, D]
-            for q in range(len(grad_mixed)):
-                grad_v.addcmul_(alpha_j[..., q : q + 1], grad_mixed[q])  # + α_jq dm_q
+            for o in range(len(grad_mixed)):
+                grad_v.addcmul_(weight_j[..., o : o + 1], grad_mixed[o])  # + β_jo dm_o
             grad_values.append(grad_v.to(v.dtype))
         grad_queries = None
         if ctx.needs_input_grad[0]:
             grad_queries = sum(
                 grad_dots_j.flatten(0, 1).T @ v.to(dtype).flatten(0, 1) for grad_dots_j, v in zip(grad_dots, values)
             )  # [k, D]
-        return grad_queries, None, grad_norm_weight.to(norm_weight.dtype), None, *grad_values
+        return grad_queries, None, grad_norm_weight.to(norm_weight.dtype), None, None, *grad_values
 
 
-def depth_read(values: list[torch.Tensor], queries: torch.Tensor, eps: float, norm: nn.Module):
-    """Read `values` (n tensors [B, T, D]) over depth once per query ([k, D], key-norm weight folded in),
-    and apply the reading sublayer's RMSNorm `norm` (its `weight` and `variance_epsilon`) to each mixture.
+def depth_read(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.Module, norm: nn.Module,
+               average_mixtures: bool = False):
+    """Read `values` (n tensors [B, T, D]) over depth once per pseudo-query ([k, D]) with the key RMSNorm
+    `key_norm` (its `weight` and `eps`), and apply the reading sublayer's RMSNorm `norm` (its `weight`, or
+    none, and `variance_epsilon`) to each mixture, or, with `average_mixtures`, to the mean of the k mixtures.
 
-    Returns the k normalised mixtures (a list of [B, T, D], values' dtype) and the depth weights
+    The key-norm weight folds into the queries, w · (γ ⊙ RMSNorm(v)) = (w ⊙ γ) · RMSNorm(v), in float32 (float64
+    for float64 values) whatever the parameters' dtype, as Megatron-LM does (its `mark_keep_in_fp32`).
+    Returns the normalised mixtures (a list of k, or 1, [B, T, D] in the values' dtype) and the depth weights
     α [n, B, T, k] (float32 or float64, detached).
     """
     compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
+    folded = queries.to(compute_dtype) * key_norm.weight.to(compute_dtype)  # [k, D]
+    norm_weight = norm.weight if norm.weight is not None else values[0].new_ones(values[0].shape[-1])
     *outputs, alpha = _DepthSoftmaxMixNorm.apply(
-        queries.to(compute_dtype), eps, norm.weight, norm.variance_epsilon, *values
+        folded, key_norm.eps, norm_weight, norm.variance_epsilon, average_mixtures, *values
     )
     return outputs, alpha
 
@@ -243,36 +259,34 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
             init.zeros_(self.value_route_query)
 
     def _attention_queries(self) -> torch.Tensor:
-        """[1, D] (Block AttnRes) or [2, D] (Q/K route, V route) queries, key-norm weight folded in."""
-        qk_query, gamma = self.attn_route_query, self.attn_route_key_norm.weight
+        """[1, D] (Block AttnRes) or [2, D] (Q/K route, V route) pseudo-queries."""
+        qk_query = self.attn_route_query
         if self.value_route is None:
-            return (qk_query * gamma).unsqueeze(0)
-        if self.value_route == "learned":
+            return qk_query.unsqueeze(0)
+        if self.value_route in ("learned", "average"):
             value_query = self.value_route_query
         elif self.value_route == "tied":
             value_query = qk_query
-        elif self.value_route == "average":
-            qk_query = value_query = 0.5 * (qk_query + self.value_route_query)
         else:  # "frozen": uniform mean over the sources
             value_query = torch.zeros_like(qk_query)
-        return torch.stack([qk_query, value_query]) * gamma
+        return torch.stack([qk_query, value_query])
 
     def read_attention(self, hidden_states, depth_state, norm):
         # Every read sees sources + partial: at a block start that is Eq. 6's [b_0, ..., b_{n-1}] (the
         # partial is the completed block, which the following write turns into a source).
         sources, partial = depth_state
-        queries, eps = self._attention_queries(), self.attn_route_key_norm.eps
-        mixed, alpha = depth_read([*sources, partial], queries, eps, norm)
+        average = self.value_route == "average"  # ½(h_QK + h_V) feeds Q, K and V
+        mixed, alpha = depth_read([*sources, partial], self._attention_queries(), self.attn_route_key_norm, norm,
+                                  average_mixtures=average)
         self._record("attention_qk", alpha[..., 0])
         if self.value_route is None:
             return mixed[0], None
         self._record("attention_value", alpha[..., 1])
-        return mixed[0], mixed[1]
+        return mixed[0], None if average else mixed[1]
 
     def read_mlp(self, hidden_states, depth_state, norm):
         sources, partial = depth_state
-        query = (self.mlp_route_query * self.mlp_route_key_norm.weight).unsqueeze(0)
-        mixed, alpha = depth_read([*sources, partial], query, self.mlp_route_key_norm.eps, norm)
+        mixed, alpha = depth_read([*sources, partial], self.mlp_route_query.unsqueeze(0), self.mlp_route_key_norm, norm)
         self._record("mlp", alpha[..., 0])
         return mixed[0]
 
@@ -323,8 +337,8 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
 
     def finish(self, hidden_states, depth_state, norm) -> torch.Tensor:
         sources, partial = depth_state
-        query = (self.final_route_query * self.final_route_key_norm.weight).unsqueeze(0)
-        mixed, alpha = depth_read([*sources, partial], query, self.final_route_key_norm.eps, norm)
+        mixed, alpha = depth_read([*sources, partial], self.final_route_query.unsqueeze(0), self.final_route_key_norm,
+                                  norm)
         self._record("final", alpha[..., 0])
         return mixed[0]
 

@@ -32,6 +32,11 @@ def naive_depth_read(values, query, key_norm_weight, eps):
     return (alpha.unsqueeze(-1) * stacked).sum(0).to(values[0].dtype)
 
 
+def key_norm(weight, eps):
+    """What depth_read uses of a key RMSNorm (DepthKeyRMSNorm): its weight and epsilon."""
+    return SimpleNamespace(weight=weight, eps=eps)
+
+
 def rms_norm(hidden_states, norm):
     """`norm`'s RMSNorm in the input's own precision (ValueArchRMSNorm computes in float32, as Llama does)."""
     variance = hidden_states.pow(2).mean(-1, keepdim=True)
@@ -59,16 +64,17 @@ def test_depth_read_hand_computed():
     output_norm = ValueArchRMSNorm(2, eps=0.0)
     with torch.no_grad():
         output_norm.weight.copy_(torch.tensor([1.0, 3.0]))
-    out, alpha = depth_read(values, torch.tensor([[1.0, 0.0]]), 0.0, output_norm)
+    unit_keys = key_norm(torch.ones(2), 0.0)
+    out, alpha = depth_read(values, torch.tensor([[1.0, 0.0]]), unit_keys, output_norm)
     a1 = 1 / (1 + math.exp(1 - math.sqrt(2)))
     torch.testing.assert_close(alpha[:, 0, 0, 0], torch.tensor([1 - a1, a1]))
     mixed = torch.tensor([(1 - a1) + 2 * a1, 1 - a1])  # then the reading sublayer's RMSNorm, weight [1, 3]
     torch.testing.assert_close(out[0][0, 0], mixed / mixed.square().mean().sqrt() * torch.tensor([1.0, 3.0]))
     # a zero query is a uniform mean; no 1/sqrt(d) scaling: doubling q doubles the logits.
-    out, _ = depth_read(values, torch.zeros(1, 2), 0.0, output_norm)
+    out, _ = depth_read(values, torch.zeros(1, 2), unit_keys, output_norm)
     mean = torch.tensor([1.5, 0.5])
     torch.testing.assert_close(out[0][0, 0], mean / mean.square().mean().sqrt() * torch.tensor([1.0, 3.0]))
-    _, alpha2 = depth_read(values, torch.tensor([[2.0, 0.0]]), 0.0, output_norm)
+    _, alpha2 = depth_read(values, torch.tensor([[2.0, 0.0]]), unit_keys, output_norm)
     a2 = 1 / (1 + math.exp(2 - 2 * math.sqrt(2)))
     torch.testing.assert_close(alpha2[1, 0, 0, 0], torch.tensor(a2))
 
@@ -80,18 +86,19 @@ def float64_norm(hidden_size, generator):
     return norm
 
 
-@pytest.mark.parametrize("num_queries", [1, 2])
-def test_depth_read_gradcheck(num_queries):
+@pytest.mark.parametrize("num_queries, average", [(1, False), (2, False), (2, True)])
+def test_depth_read_gradcheck(num_queries, average):
     generator = torch.Generator().manual_seed(0)
     values = [torch.randn(2, 3, 5, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(3)]
     queries = torch.randn(num_queries, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    key_weight = (1 + 0.3 * torch.randn(5, generator=generator, dtype=torch.float64)).requires_grad_()
     norm_weight = float64_norm(5, generator).weight.detach().requires_grad_()
 
-    def read(queries, norm_weight, *values):
+    def read(queries, key_weight, norm_weight, *values):
         output_norm = SimpleNamespace(weight=norm_weight, variance_epsilon=1e-5)  # what depth_read uses
-        return tuple(depth_read(list(values), queries, 1e-6, output_norm)[0])
+        return tuple(depth_read(list(values), queries, key_norm(key_weight, 1e-6), output_norm, average)[0])
 
-    assert torch.autograd.gradcheck(read, (queries, norm_weight, *values), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(read, (queries, key_weight, norm_weight, *values), eps=1e-6, atol=1e-7)
 
 
 def test_depth_read_matches_naive_formula():
@@ -108,7 +115,7 @@ def test_depth_read_matches_naive_formula():
         output = read()
         return [output, *torch.autograd.grad(output, inputs, grad_output)]
 
-    fused = gradients(lambda: depth_read(values, (route_query * key_norm_weight)[None], 1e-6, output_norm)[0][0])
+    fused = gradients(lambda: depth_read(values, route_query[None], key_norm(key_norm_weight, 1e-6), output_norm)[0][0])
     naive = gradients(lambda: rms_norm(naive_depth_read(values, route_query, key_norm_weight, 1e-6), output_norm))
     for got, expected in zip(fused, naive):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
@@ -120,10 +127,34 @@ def test_depth_read_saves_no_float32_copies():
     queries = torch.zeros(2, 64, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        depth_read(values, queries, 1e-6, ValueArchRMSNorm(64).to(torch.bfloat16))
+        depth_read(values, queries, key_norm(torch.ones(64, dtype=torch.bfloat16), 1e-6),
+                   ValueArchRMSNorm(64).to(torch.bfloat16))
     large_float32 = [t for t in saved if t.dtype == torch.float32 and t.numel() >= 2 * 8 * 64]
     assert not large_float32
     assert sum(any(t is v for t in saved) for v in values) == 3
+
+
+def test_depth_read_bf16_parameters_within_rounding_of_float64():
+    """bf16 pseudo-query, key-norm weight and values: the query folds with the key-norm weight in float32, so the
+    read stays within bf16 output rounding of the float64 formula (folding in bf16 is ~10x off, issue 11)."""
+    generator = torch.Generator().manual_seed(0)
+    hidden_size = 256
+    values = [(torch.randn(2, 32, hidden_size, generator=generator) * (1 + j)).to(torch.bfloat16) for j in range(6)]
+    query = torch.randn(hidden_size, generator=generator).to(torch.bfloat16)
+    key_weight = (1 + 0.5 * torch.randn(hidden_size, generator=generator)).to(torch.bfloat16)
+    norm = ValueArchRMSNorm(hidden_size).to(torch.bfloat16)
+    stacked = torch.stack(values).double()
+    keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + 1e-6) * key_weight.double()
+    mixed = ((keys @ query.double()).softmax(0).unsqueeze(-1) * stacked).sum(0)
+    expected = mixed * torch.rsqrt(mixed.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+
+    def relative_error(read):
+        return ((read.double() - expected).norm(dim=-1) / expected.norm(dim=-1)).max()
+
+    out, _ = depth_read(values, query[None], key_norm(key_weight, 1e-6), norm)
+    assert relative_error(out[0]) <= 4e-3  # two bf16 roundings (2^-9 each)
+    folded_in_bf16, _ = depth_read(values, (query * key_weight)[None], key_norm(torch.ones_like(key_weight), 1e-6), norm)
+    assert relative_error(folded_in_bf16[0]) > 1e-2
 
 
 # --- the block schedule --------------------------------------------------------------------------------
@@ -156,9 +187,10 @@ def reference_logits(model, input_ids):
             None: router.attn_route_query,
         }.get(config.value_route)
         if config.value_route == "average":
-            value_query = (router.attn_route_query + router.value_route_query) / 2
-            qk_input = naive_depth_read(visible, value_query, router.attn_route_key_norm.weight, eps)
+            value_query = router.value_route_query
         value_input = naive_depth_read(visible, value_query, router.attn_route_key_norm.weight, eps)
+        if config.value_route == "average":  # both routes run; ½(h_QK + h_V) feeds Q, K and V
+            qk_input = value_input = (qk_input + value_input) / 2
         output, _ = layer.self_attn(
             rms_norm(qk_input, layer.input_layernorm),
             position_embeddings=position_embeddings,
@@ -269,19 +301,38 @@ def test_learned_value_route_equal_to_qk_route_is_block_attnres():
         assert (learned(input_ids).logits - attnres(input_ids).logits).abs().max() > 1e-3
 
 
-def test_value_route_controls():
-    """average: both routes use the mean query (one extra parameter, Block AttnRes behaviour);
-    frozen: the V route is a uniform mean while the Q/K route learns."""
-    average = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="average"))
-    attnres = tiny_model("attnres", attnres_block_size=2)
-    attnres.load_state_dict(average.state_dict(), strict=False)
+def test_average_route_is_mean_of_mixtures():
+    """average (spec_attnres.md §4): both routes run with different queries and ½(h_QK + h_V) feeds Q, K and V,
+    written out for one read; it is not the read with the mean query (the model with one averaged query)."""
+    generator = torch.Generator().manual_seed(3)
+    config = tiny_config("rd_attnres", attnres_block_size=2, value_route="average")
+    router = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="average")).model.layers[1].router
+    router = router.double()
+    sources = [torch.randn(2, 5, config.hidden_size, generator=generator, dtype=torch.float64) for _ in range(3)]
+    norm = float64_norm(config.hidden_size, generator)
+    qk_query, value_query, gamma = router.attn_route_query, router.value_route_query, router.attn_route_key_norm.weight
+    assert (qk_query - value_query).abs().max() > 0.5
+
     with torch.no_grad():
-        for layer_a, layer_b in zip(attnres.model.layers, average.model.layers):
-            layer_a.router.attn_route_query.copy_((layer_b.router.attn_route_query + layer_b.router.value_route_query) / 2)
+        attn_input, value_input = router.read_attention(None, (tuple(sources[:-1]), sources[-1]), norm)
+        stacked = torch.stack(sources)  # [n, B, T, D]
+        keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps) * gamma
+        h_qk = ((keys @ qk_query).softmax(0).unsqueeze(-1) * stacked).sum(0)
+        h_v = ((keys @ value_query).softmax(0).unsqueeze(-1) * stacked).sum(0)
+        expected = rms_norm((h_qk + h_v) / 2, norm)
+        mean_query = rms_norm(((keys @ (qk_query + value_query) / 2).softmax(0).unsqueeze(-1) * stacked).sum(0), norm)
+    assert value_input is None  # V is projected from the same averaged mixture
+    torch.testing.assert_close(attn_input, expected, rtol=1e-12, atol=1e-12)
+    assert (attn_input - mean_query).abs().max() > 1e-2
+
+
+def test_value_route_controls():
+    """average: both queries receive gradient; frozen: the V route is a uniform mean while the Q/K route learns."""
+    average = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="average"))
     input_ids = random_ids(2, 9)
-    torch.testing.assert_close(average(input_ids).logits, attnres(input_ids).logits, rtol=0, atol=1e-5)
     average(input_ids).logits.sum().backward()
     assert average.model.layers[1].router.value_route_query.grad.abs().sum() > 0
+    assert average.model.layers[1].router.attn_route_query.grad.abs().sum() > 0
 
     frozen = randomize_routes(tiny_model("rd_attnres", attnres_block_size=2, value_route="frozen"))
     assert not any("value_route_query" in name for name, _ in frozen.named_parameters())

@@ -1,0 +1,100 @@
+"""Parameter split and FLOPs per token (hf_valuearch/training/accounting.py) on shapes counted by hand, and
+against the BoV paper's token counts for its FLOP budgets."""
+
+import json
+
+import pytest
+
+from hf_valuearch import MODEL_TYPES
+from hf_valuearch.training.accounting import flops_breakdown, flops_per_token, parameter_split
+from tests.common import REPO
+
+# vocab 99, hidden 32, intermediate 37, 3 layers, 4 heads of 8, 2 KV heads
+SHAPES = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2)
+V, D, I, L, KV_DIM = 99, 32, 37, 3, 16
+LAYER_MATRICES = 2 * D * D + 2 * KV_DIM * D + 3 * I * D  # q, o, k, v, gate, up, down
+LAYER_NORMS = 2 * D
+
+
+def config(model_type, **overrides):
+    return MODEL_TYPES[model_type][0](**{**SHAPES, **overrides})
+
+
+def model(model_type, **overrides):
+    return MODEL_TYPES[model_type][2](config(model_type, **overrides))
+
+
+def test_standard_decoder_by_hand():
+    assert parameter_split(model("valuearch")) == {"dense": 2 * V * D + L * (LAYER_MATRICES + LAYER_NORMS) + D,
+                                                   "table": 0, "routing": 0}
+    # 6 N over the matrices and the head (not the input embedding), 12 h q T per layer
+    assert flops_breakdown(config("valuearch"), 16) == {
+        "matmul": 6.0 * (L * LAYER_MATRICES + V * D), "attention": 12.0 * 4 * 8 * 16 * L, "depth_routing": 0.0}
+
+
+def test_tied_head_counts_once_in_parameters_and_as_a_matmul():
+    untied, tied = config("valuearch"), config("valuearch", tie_word_embeddings=True)
+    assert parameter_split(model("valuearch", tie_word_embeddings=True))["dense"] == (
+        parameter_split(model("valuearch"))["dense"] - V * D)
+    assert flops_per_token(tied, 16) == flops_per_token(untied, 16)
+
+
+def test_bov_tables_are_lookups_and_the_dead_v_proj_counts_nowhere():
+    split = parameter_split(model("bov"))  # layer 2 (the last third) reads its values from a table
+    assert split["table"] == V * KV_DIM
+    assert split["dense"] == parameter_split(model("valuearch"))["dense"] - KV_DIM * D + 1  # - v_proj + gamma
+    assert flops_breakdown(config("bov"), 16)["matmul"] == 6.0 * (L * LAYER_MATRICES - KV_DIM * D + V * D)
+
+
+def test_sliding_window_attends_its_window():
+    sliding = config("valuearch", mixer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                     sliding_window=4)
+    assert flops_breakdown(sliding, 16)["attention"] == 12.0 * 4 * 8 * (4 + 16 + 4)
+
+
+def test_kvm_attends_window_plus_state():
+    kvm = config("kvm", kvm_chunk_size=4, kvm_state_min_slots=4)  # window 2 chunks = 8 tokens, 4 state slots
+    assert flops_breakdown(kvm, 16)["attention"] == 12.0 * 4 * 8 * (8 + 4) * L
+    assert flops_breakdown(kvm, 8)["attention"] == 12.0 * 4 * 8 * 8 * L  # all still in the window
+    grows = config("kvm", kvm_chunk_size=4, kvm_state_min_slots=4, kvm_state_max_chunks=4,
+                   kvm_state_schedule="power_law", kvm_growth_factor=2.0)
+    # chunks leave the window at covered = 4, 8, 12; targets floor(2 sqrt(8 + covered)) = 6, 8, 8 (min 4, max 16)
+    assert flops_breakdown(grows, 24)["attention"] == 12.0 * 4 * 8 * (8 + 8) * L
+
+
+@pytest.mark.parametrize("model_type", ["attnres", "rd_attnres"])
+def test_depth_routing_parameters_and_reads(model_type):
+    # block size 4 over 6 sublayers: reads see 1, 2, 2, 2, 2, 3 inputs, the final read 3
+    split = parameter_split(model(model_type))
+    queries_per_layer = 3 if model_type == "rd_attnres" else 2
+    assert split["routing"] == L * (queries_per_layer + 2) * D + 2 * D  # queries + key norms, final read
+    reads = 15 + (1 + 2 + 2 if model_type == "rd_attnres" else 0)  # RD: attention reads mix twice
+    assert flops_breakdown(config(model_type), 16)["depth_routing"] == 12.0 * reads * D
+
+
+@pytest.mark.parametrize("model_type", sorted(MODEL_TYPES))
+def test_split_covers_every_used_parameter(model_type):
+    lm = model(model_type)
+    split = parameter_split(lm)
+    total = sum(p.numel() for p in lm.parameters())
+    dead_v_proj = KV_DIM * D if model_type == "bov" else 0
+    assert sum(split.values()) == total - dead_v_proj
+    assert flops_per_token(lm.config, 32) > flops_per_token(lm.config, 16) > 6 * split["dense"] * 0.5
+
+
+@pytest.mark.parametrize("name, budget, tokens", [
+    ("135m_row01_baseline", 1.5e18, 1.97e9),  # BoV §5: 1.5e18 FLOPs, 1.97B tokens
+    ("780m_row01_baseline", 3.91e19, 8.19e9),  # BoV §5: 8.19B tokens for the baseline at 780M
+    ("780m_bov", 3.91e19, 8.39e9),  # ... and 8.39B for BoV (its tables are lookups)
+])
+def test_paper_token_counts(name, budget, tokens):
+    fields = json.loads((REPO / "configs" / "value_paths" / f"{name}.json").read_text())
+    paper_config = MODEL_TYPES[fields.pop("model_type")][0](**fields)
+    assert budget / flops_per_token(paper_config, 2048) == pytest.approx(tokens, rel=5e-3)
+
+
+@pytest.mark.parametrize("seq_len", [0, -3, 2.5, True])
+def test_bad_sequence_length(seq_len):
+    with pytest.raises(ValueError, match="seq_len"):
+        flops_per_token(config("valuearch"), seq_len)
