@@ -3,7 +3,8 @@
 `convert(model, target)` returns a new model of architecture `target`. A Llama source is first
 converted to the standard `valuearch` decoder (same parameter names, config renamed field by field:
 identical logits); each architecture's converter then starts from a standard `valuearch` model.
-`scripts/convert.py` is the command-line front end.
+Every target declares when its conversion is exact by construction (`Conversion.exact`), and
+`logit_difference` measures it on a fixed probe batch. `scripts/convert.py` is the command-line front end.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
+import torch
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .. import MODEL_TYPES
@@ -48,19 +51,55 @@ def valuearch_to_llama(model: ValueArchForCausalLM) -> LlamaForCausalLM:
     return copy_weights(LlamaForCausalLM(LlamaConfig(**carried_fields(model.config, LlamaConfig))), model)
 
 
-# target name -> converter from a standard-or-family valuearch model. Architectures add theirs.
-CONVERTERS: dict[str, Callable[[PreTrainedModel], PreTrainedModel]] = {
-    "valuearch": lambda model: model,
-    "llama": valuearch_to_llama,
+class Conversion(NamedTuple):
+    """A conversion target: its converter, whether it is exact by construction for a given source config,
+    and what makes the logits differ (or, when exact, the condition under which they are equal)."""
+
+    convert: Callable[[PreTrainedModel], PreTrainedModel]
+    exact: Callable[[object], bool]
+    note: str
+
+
+def _always(config) -> bool:
+    return True
+
+
+def _never(config) -> bool:
+    return False
+
+
+def _is_x0_substitutive(config) -> bool:
+    return getattr(config, "value_source", "residual") == "x0" and getattr(config, "value_mix", None) == "substitute"
+
+
+def _is_block_attnres(config) -> bool:
+    return getattr(config, "depth_routing", "standard") == "block_attnres"
+
+
+_NORM_EPSILON_NOTE = ("zero pseudo-queries make every sublayer read h / n (n sources); RMSNorm(h / n) equals "
+                      "RMSNorm(h) only up to its epsilon, a relative difference of at most eps (n^2 - 1) / "
+                      "(2 mean(h^2)) per norm: small unless the residual stream is small")
+
+# target name -> conversion from a standard-or-family valuearch model. Architectures add theirs.
+CONVERTERS: dict[str, Conversion] = {
+    "valuearch": Conversion(lambda model: model, _always, "the same parameters under a renamed config"),
+    "llama": Conversion(valuearch_to_llama, _always, "the same parameters under a renamed config"),
     # value paths (conversion/value_paths.py)
-    "bov": to_bov,
-    "resformer": to_resformer,
-    "satformer": to_satformer,
+    "bov": Conversion(to_bov, _is_x0_substitutive,
+                      "exact from an x0*W_V-substitutive source; from any other source the aligned tables "
+                      "E_V[t] = W_V RMSNorm(e[t]) replace h W_V in the value layers, which changes the model "
+                      "(BoV's step 0 equals x0*W_V substitution, not the source)"),
+    "resformer": Conversion(to_resformer, _always, "alpha = 1 on V, beta = 0 on V1"),
+    "satformer": Conversion(to_satformer, _always, "W_alpha = 0, so every gate ReLU(h W_alpha) is 0"),
     # sequence mixers (conversion/kvm.py)
-    "kvm": llama_to_kvm,
+    "kvm": Conversion(llama_to_kvm, _always,
+                      "exact while the context fits in the KVM window (kvm_window_chunks * kvm_chunk_size "
+                      "tokens, which the probe does); beyond it the model reads the compressed state"),
     # depth routing (conversion/depth_routing.py): zero pseudo-queries / a V route that starts tied
-    "attnres": valuearch_to_attnres,
-    "rd_attnres": to_rd_attnres,
+    "attnres": Conversion(valuearch_to_attnres, _never, _NORM_EPSILON_NOTE),
+    "rd_attnres": Conversion(to_rd_attnres, _is_block_attnres,
+                             "exact from Block AttnRes (the V route starts as a copy of the Q/K route); from a "
+                             f"standard-residual source: {_NORM_EPSILON_NOTE}"),
 }
 
 
@@ -72,25 +111,79 @@ def convert(model: PreTrainedModel, target: str) -> PreTrainedModel:
         if target == "llama":
             return model
         model = llama_to_valuearch(model)
-    return CONVERTERS[target](model)
+    return CONVERTERS[target].convert(model)
+
+
+PROBE_SHAPE = (2, 32)  # (batch, length) of the probe batch every conversion is measured on
+
+
+def probe_batch(vocab_size: int) -> torch.Tensor:
+    """The fixed probe batch: PROBE_SHAPE token ids in [0, vocab_size) from a generator seeded with 0."""
+    return torch.randint(0, vocab_size, PROBE_SHAPE, generator=torch.Generator().manual_seed(0))
+
+
+@torch.no_grad()
+def logit_difference(source: PreTrainedModel, converted: PreTrainedModel) -> float:
+    """max |logits(converted) - logits(source)| on `probe_batch`, each model in its own dtype."""
+    ids = probe_batch(min(source.config.vocab_size, converted.config.vocab_size))
+    source_logits = source(ids.to(source.device)).logits.float()
+    converted_logits = converted(ids.to(converted.device)).logits.float().to(source_logits.device)
+    return (converted_logits - source_logits).abs().max().item()
+
+
+def conversion_report(source: PreTrainedModel, converted: PreTrainedModel, target: str) -> str:
+    """Two lines: the measured logit difference on the probe batch, and whether the conversion is exact by
+    construction (with the reason)."""
+    conversion = CONVERTERS[target]
+    exact = "yes" if conversion.exact(source.config) else "no"
+    return (f"max |logit difference| against the source on the probe batch ({PROBE_SHAPE[0]} x {PROBE_SHAPE[1]} "
+            f"tokens, seed 0): {logit_difference(source, converted):.3g}\n"
+            f"exact by construction: {exact} ({conversion.note})")
 
 
 def load_for_conversion(path: str | Path) -> PreTrainedModel:
-    """Load a Llama or valuearch-family checkpoint directory in its stored dtype."""
-    model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
+    """Load a Llama or valuearch-family checkpoint directory in its stored dtype.
+
+    Raises ValueError (one line) when `path` is not such a checkpoint: not a directory, no config.json, an
+    unknown model type, or weights that do not load.
+    """
+    path = Path(path)
+    expected = "a checkpoint directory written by save_pretrained (LlamaForCausalLM or an hf_valuearch model)"
+    if not path.is_dir():
+        raise ValueError(f"{str(path)!r} is not a directory: expected {expected}")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{str(path)!r} has no config.json: expected {expected}")
+    try:
+        model_type = AutoConfig.from_pretrained(path, trust_remote_code=False).model_type
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{str(path)!r}: config.json does not load ({_first_line(error)})") from error
     if model_type == "llama":
-        return LlamaForCausalLM.from_pretrained(path, dtype="auto").eval()
-    if model_type in MODEL_TYPES:
-        return MODEL_TYPES[model_type][2].from_pretrained(path, dtype="auto").eval()
-    raise ValueError(f"cannot convert a {model_type!r} checkpoint: expected 'llama' or one of {sorted(MODEL_TYPES)}")
+        model_class = LlamaForCausalLM
+    elif model_type in MODEL_TYPES:
+        model_class = MODEL_TYPES[model_type][2]
+    else:
+        raise ValueError(f"cannot convert a {model_type!r} checkpoint: expected 'llama' or one of {sorted(MODEL_TYPES)}")
+    try:
+        return model_class.from_pretrained(path, dtype="auto").eval()
+    except OSError as error:  # no or unreadable weight files
+        raise ValueError(f"{str(path)!r}: the weights do not load ({_first_line(error)})") from error
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def save_converted(model: PreTrainedModel, destination: str | Path, tokenizer_source: str | Path) -> None:
+    """Save a converted model (weights, config, remote code) with the tokenizer files found in `tokenizer_source`."""
+    destination = Path(destination)
+    model.save_pretrained(destination)
+    for name in TOKENIZER_FILES:
+        if (Path(tokenizer_source) / name).exists():
+            shutil.copy2(Path(tokenizer_source) / name, destination / name)
 
 
 def convert_checkpoint(source: str | Path, destination: str | Path, target: str) -> PreTrainedModel:
     """Convert the checkpoint directory `source` to `target` and save it (weights, config, code, tokenizer)."""
     model = convert(load_for_conversion(source), target)
-    destination = Path(destination)
-    model.save_pretrained(destination)
-    for name in TOKENIZER_FILES:
-        if (Path(source) / name).exists():
-            shutil.copy2(Path(source) / name, destination / name)
+    save_converted(model, destination, source)
     return model
