@@ -2,8 +2,9 @@
 
 Every decoder layer holds one `layer router`; the depth state flows through the layers as a pair
 `(hidden_states, depth_state)`. `hidden_states` [B, T, D] is always the residual-equivalent stream
-(what `output_hidden_states` reports); `depth_state` is whatever else the routing carries (None for the
-standard residual). Reads return the sublayer's *normed* input: the router receives the layer's pre-norm
+(what `output_hidden_states` reports); `depth_state` is a flat tuple of the other [B, T, D] tensors the
+routing carries (empty for the standard residual). It is flat so that the decoder layer can take and
+return its tensors positionally, which is what reentrant gradient checkpointing tracks. Reads return the sublayer's *normed* input: the router receives the layer's pre-norm
 so that it can fuse it into its read. A decoder layer calls, in order:
 
     attn_input, value_input = router.read_attention(hidden_states, depth_state, input_layernorm)
@@ -24,8 +25,8 @@ Routings (config.depth_routing):
   h = Σ_j α_j v_j, α = softmax_j(w · RMSNorm(v_j)) (Eq. 2-3; fp32 softmax, no 1/sqrt(d)), with its own
   zero-initialised pseudo-query w and key RMSNorm. Blocks are `config.attnres_block_size` sublayers long
   (an attention or MLP sublayer counts as one), scheduled as in Megatron-LM's `attention_residual.py`:
-  the depth state starts as (sources=(), partial=embedding); a sublayer that starts a block appends the
-  partial sum to the sources and starts a new partial sum with its output. A final read before the
+  the depth state (*sources, partial) starts as (embedding,), the partial sum alone; a sublayer that
+  starts a block appends the partial sum to the sources and starts a new partial sum with its output. A final read before the
   final norm aggregates all sources.
 * "rd_attnres": Role-Decoupled AttnRes (Wang, arXiv:2608.01075): the attention-side read splits into a
   Q/K route and a V route over the same sources and key norm; Q and K are projected from the Q/K-route
@@ -160,14 +161,14 @@ def depth_read(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.M
 class StandardResidual(nn.Module):
     """The pre-norm residual stream: h_{l+1} = h_l + f_l(Norm(h_l)); no depth state."""
 
-    def read_attention(self, hidden_states: torch.Tensor, depth_state: None, norm: nn.Module):
+    def read_attention(self, hidden_states: torch.Tensor, depth_state: tuple[()], norm: nn.Module):
         return norm(hidden_states), None
 
-    def read_mlp(self, hidden_states: torch.Tensor, depth_state: None, norm: nn.Module) -> torch.Tensor:
+    def read_mlp(self, hidden_states: torch.Tensor, depth_state: tuple[()], norm: nn.Module) -> torch.Tensor:
         return norm(hidden_states)
 
-    def write_attention(self, hidden_states: torch.Tensor, depth_state: None, output: torch.Tensor):
-        return hidden_states + output, None
+    def write_attention(self, hidden_states: torch.Tensor, depth_state: tuple[()], output: torch.Tensor):
+        return hidden_states + output, ()
 
     write_mlp = write_attention
 
@@ -175,10 +176,10 @@ class StandardResidual(nn.Module):
 class StandardReadout(nn.Module):
     """Model-level ends of the standard residual stream: it starts as the embeddings and is read as is."""
 
-    def start(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return embeddings, None
+    def start(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, tuple[()]]:
+        return embeddings, ()
 
-    def finish(self, hidden_states: torch.Tensor, depth_state: None, norm: nn.Module) -> torch.Tensor:
+    def finish(self, hidden_states: torch.Tensor, depth_state: tuple[()], norm: nn.Module) -> torch.Tensor:
         return norm(hidden_states)
 
 
@@ -230,8 +231,8 @@ def jensen_shannon(p: torch.Tensor, q: torch.Tensor, dim: int = 0) -> torch.Tens
 class BlockAttnResRouter(_DepthRecording, nn.Module):
     """Depth router of one decoder layer for Block AttnRes and RD-AttnRes (see the module docstring).
 
-    depth_state = (sources, partial): sources a tuple of [B, T, D] (embedding, then completed block sums),
-    partial [B, T, D] the sum of the current block's sublayer outputs so far. hidden_states is carried
+    depth_state = (*sources, partial): the sources [B, T, D] (embedding, then completed block sums), then
+    partial [B, T, D], the sum of the current block's sublayer outputs so far. hidden_states is carried
     alongside as Σ sources + partial, the standard residual stream these sources partition.
     """
 
@@ -274,9 +275,8 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
     def read_attention(self, hidden_states, depth_state, norm):
         # Every read sees sources + partial: at a block start that is Eq. 6's [b_0, ..., b_{n-1}] (the
         # partial is the completed block, which the following write turns into a source).
-        sources, partial = depth_state
         average = self.value_route == "average"  # ½(h_QK + h_V) feeds Q, K and V
-        mixed, alpha = depth_read([*sources, partial], self._attention_queries(), self.attn_route_key_norm, norm,
+        mixed, alpha = depth_read(list(depth_state), self._attention_queries(), self.attn_route_key_norm, norm,
                                   average_mixtures=average)
         self._record("attention_qk", alpha[..., 0])
         if self.value_route is None:
@@ -285,17 +285,16 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
         return mixed[0], None if average else mixed[1]
 
     def read_mlp(self, hidden_states, depth_state, norm):
-        sources, partial = depth_state
-        mixed, alpha = depth_read([*sources, partial], self.mlp_route_query.unsqueeze(0), self.mlp_route_key_norm, norm)
+        mixed, alpha = depth_read(list(depth_state), self.mlp_route_query.unsqueeze(0), self.mlp_route_key_norm, norm)
         self._record("mlp", alpha[..., 0])
         return mixed[0]
 
     @staticmethod
     def _write(hidden_states, depth_state, output, starts_block: bool):
-        sources, partial = depth_state
+        *sources, partial = depth_state
         if starts_block:  # the completed block sum (the embedding, at sublayer 0) becomes a source
-            return hidden_states + output, ((*sources, partial), output)
-        return hidden_states + output, (sources, partial + output)
+            return hidden_states + output, (*sources, partial, output)
+        return hidden_states + output, (*sources, partial + output)
 
     def write_attention(self, hidden_states, depth_state, output):
         return self._write(hidden_states, depth_state, output, self.attention_starts_block)
@@ -319,8 +318,9 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
 
 
 class BlockAttnResReadout(_DepthRecording, nn.Module):
-    """Model-level ends of (RD-)AttnRes: the state starts as (sources=(), partial=embedding); the final
-    read aggregates all sources with its own pseudo-query before the final norm (paper §3.2)."""
+    """Model-level ends of (RD-)AttnRes: the state starts as (embedding,) (no source yet, the embedding as the
+    partial sum); the final read aggregates all sources with its own pseudo-query before the final norm
+    (paper §3.2)."""
 
     def __init__(self, config):
         super().__init__()
@@ -333,11 +333,10 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
         init.zeros_(self.final_route_query)
 
     def start(self, embeddings: torch.Tensor):
-        return embeddings, ((), embeddings)
+        return embeddings, (embeddings,)
 
     def finish(self, hidden_states, depth_state, norm) -> torch.Tensor:
-        sources, partial = depth_state
-        mixed, alpha = depth_read([*sources, partial], self.final_route_query.unsqueeze(0), self.final_route_key_norm,
+        mixed, alpha = depth_read(list(depth_state), self.final_route_query.unsqueeze(0), self.final_route_key_norm,
                                   norm)
         self._record("final", alpha[..., 0])
         return mixed[0]

@@ -6,7 +6,7 @@ The axes plug in at three places:
 
 * value path: `ValueArchAttention.value_path` computes the values attention uses (from `h W_V`, a token table,
   x0 W_V or V1; see value_paths.py) and decides what the cache keeps; `ValueArchModel.forward` threads the
-  per-forward `ValueContext` (token ids, x0, V1) through the layers as the `value_context` keyword;
+  per-forward value context (token ids, x0, V1) through the layers;
 * depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
 * sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer; mixers in
   `SEQUENCE_MIXERS` (KVM) replace the attention interface and read/write their own cache layer.
@@ -50,6 +50,9 @@ from .value_paths import (
     align_value_tables,
     build_value_context,
     build_value_path,
+    projects_values,
+    resize_value_tables,
+    value_table_paths,
 )
 
 
@@ -194,7 +197,9 @@ class ValueArchAttention(nn.Module):
         q_dim, kv_dim = config.num_attention_heads * self.head_dim, config.num_key_value_heads * self.head_dim
         self.q_proj = nn.Linear(config.hidden_size, q_dim, bias=config.attention_bias)
         self.k_proj = nn.Linear(config.hidden_size, kv_dim, bias=config.attention_bias)
-        self.v_proj = nn.Linear(config.hidden_size, kv_dim, bias=config.attention_bias)
+        # None where the value path never reads W_V (table / V1 substitution, value_paths.projects_values)
+        self.v_proj = (nn.Linear(config.hidden_size, kv_dim, bias=config.attention_bias)
+                       if projects_values(config, layer_idx) else None)
         self.o_proj = nn.Linear(q_dim, config.hidden_size, bias=config.attention_bias)
         self.q_norm = build_head_norm(config)
         self.k_norm = build_head_norm(config)
@@ -255,7 +260,12 @@ class ValueArchAttention(nn.Module):
 
 
 class ValueArchDecoderLayer(GradientCheckpointingLayer):
-    """Pre-norm block: attention then MLP, each reading from and writing to depth through `router`."""
+    """Pre-norm block: attention then MLP, each reading from and writing to depth through `router`.
+
+    Every tensor that flows from layer to layer is a positional argument and part of the output, the only
+    tensors reentrant gradient checkpointing tracks: the residual stream, the value context's x0 and V1
+    (value_paths.py) and the depth state (depth_routing.py).
+    """
 
     def __init__(self, config: ValueArchConfig, layer_idx: int):
         super().__init__()
@@ -269,12 +279,16 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,  # [B, T, D], the residual stream (residual-equivalent sum under AttnRes)
-        depth_state=None,  # what else the depth routing carries (None for the standard residual)
+        x0: torch.Tensor | None,  # [B, T, D] RMSNorm(embeddings), when a layer reads it
+        v1: torch.Tensor | None,  # [B, T, H_kv, D_head] layer 0's values, once written, when a layer reads them
+        *depth_state: torch.Tensor,  # what else the depth routing carries (nothing for the standard residual)
+        token_ids: torch.Tensor | None = None,  # [B, T], for table layers
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
         **kwargs,
-    ) -> tuple[torch.Tensor, object]:
+    ) -> tuple[torch.Tensor, ...]:  # (hidden_states, v1, *depth_state)
+        value_context = ValueContext(token_ids=token_ids, x0=x0, v1=v1)
         # the router returns normed inputs (it may fuse the norm into its read); value_input None: same as attn_input
         attn_input, value_input = self.router.read_attention(hidden_states, depth_state, self.input_layernorm)
         attn_output, _ = self.self_attn(
@@ -283,11 +297,13 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
             attention_mask=attention_mask,
             cache=cache,
             value_hidden_states=value_input,
+            value_context=value_context,
             **kwargs,
         )
         hidden_states, depth_state = self.router.write_attention(hidden_states, depth_state, attn_output)
         mlp_output = self.mlp(self.router.read_mlp(hidden_states, depth_state, self.post_attention_layernorm))
-        return self.router.write_mlp(hidden_states, depth_state, mlp_output)
+        hidden_states, depth_state = self.router.write_mlp(hidden_states, depth_state, mlp_output)
+        return hidden_states, value_context.v1, *depth_state
 
 
 class ValueArchPreTrainedModel(PreTrainedModel):
@@ -309,9 +325,19 @@ class ValueArchPreTrainedModel(PreTrainedModel):
             module.init_valuearch_weights(init)
 
     def initialize_weights(self):
-        """Initialise as transformers does, then align the BoV value tables that were not loaded."""
+        """Initialise as transformers does, then align the BoV value tables this call initialised (neither loaded
+        nor initialised before: transformers' per-module `_is_hf_initialized` flag)."""
+        base_model = self if isinstance(self, ValueArchModel) else self.model
+        fresh = [i for i, path in value_table_paths(base_model).items()
+                 if not getattr(path.value_table, "_is_hf_initialized", False)]
         super().initialize_weights()
-        align_value_tables(self if isinstance(self, ValueArchModel) else self.model)
+        align_value_tables(base_model, layers=fresh)
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """Resize as transformers does; the BoV value tables follow the vocabulary (`resize_value_tables`)."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        resize_value_tables(self if isinstance(self, ValueArchModel) else self.model, embeddings.num_embeddings)
+        return embeddings
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -394,14 +420,17 @@ class ValueArchModel(ValueArchPreTrainedModel):
 
         value_context = build_value_context(self, input_ids, inputs_embeds)
         hidden_states, depth_state = self.readout.start(inputs_embeds)
+        v1 = None
         for layer in self.layers:
-            hidden_states, depth_state = layer(
+            hidden_states, v1, *depth_state = layer(
                 hidden_states,
-                depth_state,
+                value_context.x0,
+                v1,
+                *depth_state,
+                token_ids=value_context.token_ids,
                 attention_mask=masks[layer.self_attn.mixer_type],
                 position_embeddings=position_embeddings,
                 cache=cache,
-                value_context=value_context,
                 **kwargs,
             )
         hidden_states = self.readout.finish(hidden_states, depth_state, self.norm)

@@ -10,7 +10,7 @@ SATFormer = arXiv:2605.03953):
 
 Mixing rules, with V = h W_V the layer's own values:
 
-* "substitute": V' = gamma * V~ (V is not computed: W_V's forward is skipped, its weight stays in the state dict);
+* "substitute": V' = gamma * V~ (V is not computed; with V~ from a table or V1 the layer holds no W_V);
 * "add":        V' = alpha * V + beta * V~ (ResFormer: alpha = lambda_2, beta = lambda_1);
 * "relu_gate":  V' = V + ReLU(h W_alpha) * V1, one gate per token and KV head (SATFormer Eq. 3).
 
@@ -40,7 +40,8 @@ def token_x0(embeddings: torch.Tensor, eps: float) -> torch.Tensor:
 
 @dataclass
 class ValueContext:
-    """Per-forward inputs of the value paths, threaded from the model through every decoder layer.
+    """Per-forward inputs of the value paths; the model builds it, each decoder layer passes it to its value path
+    (the layers take and return its tensors positionally, see `ValueArchDecoderLayer`).
 
     token_ids: [B, T] ids of the tokens of this forward (table layers).
     x0: [B, T, D] = RMSNorm(embeddings), computed once per forward when a layer reads it.
@@ -53,24 +54,24 @@ class ValueContext:
 
 
 def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> ValueContext:
-    """The context of one forward of `model` (a `ValueArchModel`); checks that table layers get token ids that
-    lie inside their tables."""
+    """The context of one forward of `model` (a `ValueArchModel`; its value tables have a row per vocabulary entry,
+    like the embeddings, so the model's check of `input_ids` covers them)."""
     config = model.config
-    if config.value_source == "table":
-        value_table_rows = min(m.value_table.num_embeddings for m in model.modules()
-                               if isinstance(m, MixedValues) and m.source == "table")
-        if input_ids is None:
-            raise ValueError(
-                f"value_source='table' (layers {config.value_layer_indices}) looks values up by token id: call the "
-                "model with input_ids, not inputs_embeds alone."
-            )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= value_table_rows):
-            raise ValueError(
-                f"input_ids must index the value tables, which have {value_table_rows} rows; got values in "
-                f"[{int(input_ids.min())}, {int(input_ids.max())}]."
-            )
+    if config.value_source == "table" and input_ids is None:
+        raise ValueError(
+            f"value_source='table' (layers {config.value_layer_indices}) looks values up by token id: call the "
+            "model with input_ids, not inputs_embeds alone."
+        )
     x0 = token_x0(inputs_embeds, config.rms_norm_eps) if config.value_source == "x0" else None
     return ValueContext(token_ids=input_ids, x0=x0)
+
+
+def projects_values(config, layer_idx: int) -> bool:
+    """Whether layer `layer_idx` has its own W_V: all layers but those whose values are gamma * E_V[ids] or
+    gamma * V1 alone (BoV skips c_v at its target layers; a W_V there would never get a gradient, which
+    DistributedDataParallel without `find_unused_parameters` refuses)."""
+    return not (layer_idx in config.value_layer_indices and config.value_mix == "substitute"
+                and config.value_source in ("table", "v1"))
 
 
 def caches_token_ids(config, layer_idx: int) -> bool:
@@ -223,18 +224,54 @@ def build_value_path(config, layer_idx: int) -> nn.Module:
     return ResidualValues(config, layer_idx)
 
 
-def align_value_tables(model) -> None:
-    """BoV aligned init: E_V[t] = W_V RMSNorm(e[t]) with each table layer's own W_V (BoV `init_weights`).
+def value_table_paths(model) -> dict[int, MixedValues]:
+    """{layer index: value path} of the table layers of `model` (a `ValueArchModel`)."""
+    return {i: layer.self_attn.value_path for i, layer in enumerate(model.layers)
+            if isinstance(layer.self_attn.value_path, MixedValues) and layer.self_attn.value_path.source == "table"}
 
-    `model` is a `ValueArchModel`; tables already loaded from a checkpoint are left as they are.
+
+def align_value_tables(model, value_projections: dict[int, nn.Linear] | None = None,
+                       layers: list[int] | None = None) -> None:
+    """BoV aligned init: E_V[t] = W_V RMSNorm(e[t]) (BoV `init_weights`), for the table layers `layers` (default:
+    all) of `model`, a `ValueArchModel`; tables already loaded from a checkpoint are left as they are.
+
+    W_V is `value_projections[layer]` when given (a converted model's v_proj), else a fresh draw
+    N(0, initializer_range): the W_V the layer would start with had it one (table layers hold none, as
+    BoV's target layers use none), so step 0 is an x0 W_V-substitutive model.
     """
+    value_projections = value_projections or {}
     with torch.no_grad():
         x0_table = token_x0(model.embed_tokens.weight, model.config.rms_norm_eps)  # [|V|, D]
-        for layer in model.layers:
-            value_path = layer.self_attn.value_path
-            if hasattr(value_path, "value_table"):
-                aligned = layer.self_attn.v_proj(x0_table.to(layer.self_attn.v_proj.weight))
-                init.copy_(value_path.value_table.weight, aligned.to(value_path.value_table.weight))
+        for layer_idx, value_path in value_table_paths(model).items():
+            if layers is not None and layer_idx not in layers:
+                continue
+            table = value_path.value_table.weight  # [|V|, kv_dim]
+            projection = value_projections.get(layer_idx)
+            if projection is None:
+                projection = nn.Linear(x0_table.shape[1], table.shape[1], bias=False, device=table.device,
+                                       dtype=table.dtype)
+                projection.weight.normal_(0.0, model.config.initializer_range)
+            init.copy_(table, projection(x0_table.to(projection.weight)).to(table))
+
+
+def resize_value_tables(model, num_rows: int) -> None:
+    """Give every value table of `model` (a `ValueArchModel`) `num_rows` rows, after its embeddings were resized.
+
+    Kept rows are unchanged; new rows are aligned from the new embeddings, E_V[t] = W_V RMSNorm(e[t]), with W_V
+    the least-squares fit of the layer's table on the old rows (the exact W_V of an untrained aligned table).
+    """
+    x0_table = token_x0(model.embed_tokens.weight.detach(), model.config.rms_norm_eps).double()  # [|V'|, D]
+    for value_path in value_table_paths(model).values():
+        table = value_path.value_table  # resized in place, as transformers resizes the embeddings
+        old_rows = table.weight.detach()  # [|V|, kv_dim]
+        kept = min(table.num_embeddings, num_rows)
+        rows = old_rows.new_empty(num_rows, table.embedding_dim)
+        rows[:kept] = old_rows[:kept]
+        if num_rows > kept:
+            fit = torch.linalg.lstsq(x0_table[:kept].to(old_rows.device), old_rows.double()).solution  # W_V^T [D, kv]
+            rows[kept:] = (x0_table[kept:].to(old_rows.device) @ fit).to(rows)
+        table.weight.data = rows
+        table.num_embeddings = num_rows
 
 
 def place_value_tables(model, device) -> None:

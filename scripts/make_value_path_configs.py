@@ -51,7 +51,7 @@ def backbone(depth: int, hidden: int, heads: int, vocab: int, window: int, seq: 
 
 
 SIZES = {
-    "tiny": backbone(depth=4, hidden=64, heads=4, vocab=256, window=8, seq=128),
+    "tiny": backbone(depth=4, hidden=64, heads=4, vocab=256, window=8, seq=256),
     "135m": backbone(depth=12, hidden=768, heads=6, vocab=32768, window=512, seq=2048),  # BoV d12
     "780m": backbone(depth=24, hidden=1536, heads=12, vocab=32768, window=512, seq=2048),  # BoV d24
 }

@@ -40,7 +40,7 @@ def test_tied_head_counts_once_in_parameters_and_as_a_matmul():
     assert flops_per_token(tied, 16) == flops_per_token(untied, 16)
 
 
-def test_bov_tables_are_lookups_and_the_dead_v_proj_counts_nowhere():
+def test_bov_tables_are_lookups_and_table_layers_have_no_v_proj():
     split = parameter_split(model("bov"))  # layer 2 (the last third) reads its values from a table
     assert split["table"] == V * KV_DIM
     assert split["dense"] == parameter_split(model("valuearch"))["dense"] - KV_DIM * D + 1  # - v_proj + gamma
@@ -78,8 +78,7 @@ def test_split_covers_every_used_parameter(model_type):
     lm = model(model_type)
     split = parameter_split(lm)
     total = sum(p.numel() for p in lm.parameters())
-    dead_v_proj = KV_DIM * D if model_type == "bov" else 0
-    assert sum(split.values()) == total - dead_v_proj
+    assert sum(split.values()) == total
     assert flops_per_token(lm.config, 32) > flops_per_token(lm.config, 16) > 6 * split["dense"] * 0.5
 
 

@@ -314,7 +314,7 @@ def test_average_route_is_mean_of_mixtures():
     assert (qk_query - value_query).abs().max() > 0.5
 
     with torch.no_grad():
-        attn_input, value_input = router.read_attention(None, (tuple(sources[:-1]), sources[-1]), norm)
+        attn_input, value_input = router.read_attention(None, tuple(sources), norm)
         stacked = torch.stack(sources)  # [n, B, T, D]
         keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps) * gamma
         h_qk = ((keys @ qk_query).softmax(0).unsqueeze(-1) * stacked).sum(0)

@@ -6,7 +6,7 @@ from torch import nn
 from transformers import initialization as init
 
 from hf_valuearch import MODEL_TYPES, BovConfig, ResFormerConfig, SatFormerConfig, force_v1_gates
-from hf_valuearch.value_paths import ValueContext, build_value_path
+from hf_valuearch.value_paths import ValueContext, build_value_path, token_x0
 from tests.common import random_ids, tiny_config, tiny_model
 
 # --- config -----------------------------------------------------------------------------------------------
@@ -140,12 +140,11 @@ def test_relu_gate_per_token_and_kv_head():
     assert path.diagnostics() == {"v1_gate_mean": [2.0, 0.0], "v1_gate_zero_fraction": [0.0, 1.0]}
 
 
-def test_substitute_layers_skip_w_v_but_keep_it_in_the_state_dict():
+def test_table_layers_hold_no_w_v():
     model = tiny_model("bov")
-    assert "model.layers.2.self_attn.v_proj.weight" in model.state_dict()
+    assert "model.layers.2.self_attn.v_proj.weight" not in model.state_dict()
     ids = random_ids(1, 5)
     model(ids).logits.sum().backward()
-    assert model.model.layers[2].self_attn.v_proj.weight.grad is None
     assert model.model.layers[1].self_attn.v_proj.weight.grad is not None
     assert model.model.layers[2].self_attn.value_path.value_table.weight.grad is not None
 
@@ -155,7 +154,8 @@ def test_svformer_style_v1_substitution_uses_layer_0_values_everywhere():
     layer 0's, the SVFormer construction (Zhou et al., arXiv:2410.17897 §3)."""
     svformer = tiny_model(value_source="v1", value_layers="all")
     standard = tiny_model()
-    standard.load_state_dict(svformer.state_dict())
+    assert all(layer.self_attn.v_proj is None for layer in svformer.model.layers[1:])  # SVFormer: no W_V there
+    standard.load_state_dict(svformer.state_dict(), strict=False)
     captured = {}
     standard.model.layers[0].self_attn.v_proj.register_forward_hook(lambda m, i, o: captured.update(v1=o))
     for layer in standard.model.layers[1:]:
@@ -174,10 +174,8 @@ def test_table_model_rejects_inputs_embeds_and_ids_outside_the_tables():
         model(inputs_embeds=model.model.embed_tokens(ids))
     with pytest.raises(ValueError, match="vocab_size"):
         model(torch.tensor([[5, 97]]))
-    model.resize_token_embeddings(120)  # the tables keep their 97 rows
-    assert model(torch.tensor([[5, 96]])).logits.shape == (1, 2, 120)
-    with pytest.raises(ValueError, match="value tables, which have 97 rows"):
-        model(torch.tensor([[5, 100]]))
+    model.resize_token_embeddings(120)  # the tables grow with the vocabulary
+    assert model(torch.tensor([[5, 119]])).logits.shape == (1, 2, 120)
 
 
 def test_other_value_paths_accept_inputs_embeds():
@@ -268,12 +266,26 @@ def test_gradient_checkpointing_gives_the_same_gradients():
             assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), (model_type, name)
 
 
+def fitted_value_projection(model, layer_idx: int) -> torch.Tensor:
+    """The W_V [kv_dim, D] with E_V = RMSNorm(e) W_V^T by least squares, and its largest residual."""
+    x0 = token_x0(model.model.embed_tokens.weight.detach(), model.config.rms_norm_eps).double()
+    table = model.model.layers[layer_idx].self_attn.value_path.value_table.weight.detach().double()
+    fit = torch.linalg.lstsq(x0, table).solution
+    return fit.T.float(), float((x0 @ fit - table).abs().max())
+
+
 def test_fresh_bov_equals_the_x0_substitutive_model_at_step_0(tmp_path):
-    """BoV §4 aligned init: E_V[t] = W_V RMSNorm(e[t]), so step 0 equals the x0 W_V substitution."""
+    """BoV §4 aligned init: E_V[t] = W_V RMSNorm(e[t]), so step 0 equals the x0 W_V substitution (with the W_V the
+    table was aligned with; table layers keep none)."""
     bov = tiny_model("bov", num_hidden_layers=4)
     x0_model = tiny_model(num_hidden_layers=4, value_source="x0", value_layers="last_third",
                           value_coefficients="learnable")
-    x0_model.load_state_dict(bov.state_dict(), strict=False)  # everything but the tables
+    x0_model.load_state_dict(bov.state_dict(), strict=False)  # everything but the tables and W_V of layers 2, 3
+    for layer_idx in (2, 3):
+        projection, residual = fitted_value_projection(bov, layer_idx)
+        assert residual < 1e-5
+        with torch.no_grad():
+            x0_model.model.layers[layer_idx].self_attn.v_proj.weight.copy_(projection)
     ids = random_ids(2, 8)
     assert torch.allclose(bov(ids).logits, x0_model(ids).logits, atol=1e-5)
 
@@ -285,11 +297,14 @@ def test_fresh_bov_equals_the_x0_substitutive_model_at_step_0(tmp_path):
                        bov.model.layers[3].self_attn.value_path.value_table.weight)
 
 
-def test_tables_missing_from_a_checkpoint_are_aligned_to_its_weights(tmp_path):
+def test_checkpoints_with_w_v_at_table_layers_load_without_it(tmp_path):
+    """An x0 W_V checkpoint loaded as BoV: W_V of the table layer is skipped, the missing table is aligned to the
+    loaded embeddings (conversion with the checkpoint's own W_V: `to_bov`)."""
     x0_model = tiny_model(value_source="x0", value_layers="last_third", value_coefficients="learnable")
     x0_model.save_pretrained(tmp_path)
-    config = BovConfig(**{k: v for k, v in x0_model.config.to_dict().items()
-                          if k in BovConfig().to_dict() and k not in ("model_type", "architectures", "auto_map")})
+    config = BovConfig(**{k: v for k, v in x0_model.config.to_dict().items() if k in BovConfig().to_dict()
+                          and not k.startswith("value_") and k not in ("model_type", "architectures", "auto_map")})
     bov = MODEL_TYPES["bov"][2].from_pretrained(tmp_path, config=config).eval()
-    ids = random_ids(2, 8)
-    assert torch.allclose(bov(ids).logits, x0_model(ids).logits, atol=1e-5)
+    assert bov.model.layers[2].self_attn.v_proj is None
+    assert torch.equal(bov.model.layers[1].self_attn.v_proj.weight, x0_model.model.layers[1].self_attn.v_proj.weight)
+    assert fitted_value_projection(bov, 2)[1] < 1e-5

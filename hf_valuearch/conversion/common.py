@@ -15,14 +15,16 @@ def carried_fields(source_config, target_config_class, exclude=()) -> dict:
     }
 
 
-def copy_weights(target, source, new_parameters: tuple[str, ...] = ()):
+def copy_weights(target, source, new_parameters: tuple[str, ...] = (), dropped: tuple[str, ...] = ()):
     """`target` holding every weight of `source`, in its dtype and on its device, in eval mode.
 
     Only parameters whose names contain one of `new_parameters` may be absent from `source` (they keep
-    `target`'s initialisation); anything else missing or left over raises ValueError.
+    `target`'s initialisation), and only the weights named in `dropped` may be left out of `target` (e.g. the
+    W_V of BoV table layers); anything else missing or left over raises ValueError.
     """
     target = target.to(dtype=source.dtype, device=source.device)
-    missing, unexpected = target.load_state_dict(source.state_dict(), strict=False)
+    weights = {name: weight for name, weight in source.state_dict().items() if name not in dropped}
+    missing, unexpected = target.load_state_dict(weights, strict=False)
     tied_head = getattr(target.config, "tie_word_embeddings", False)
     missing = [name for name in missing if not any(part in name for part in new_parameters)
                and not (name == "lm_head.weight" and tied_head)]

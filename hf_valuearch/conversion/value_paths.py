@@ -19,7 +19,7 @@ import torch
 
 from ..configuration_valuearch import BovConfig, ResFormerConfig, SatFormerConfig, ValueArchConfig
 from ..modeling_valuearch import BovForCausalLM, ResFormerForCausalLM, SatFormerForCausalLM
-from ..value_paths import align_value_tables
+from ..value_paths import align_value_tables, projects_values
 from .common import carried_fields, copy_weights
 
 VALUE_PATH_FIELDS = ("value_source", "value_mix", "value_coefficients", "value_coefficient_init", "value_layers")
@@ -35,9 +35,9 @@ def _backbone(config: ValueArchConfig) -> dict:
     return carried_fields(config, ValueArchConfig, exclude=VALUE_PATH_FIELDS)
 
 
-def _convert(model, target_class, target_config):
-    """A `target_class` model with every weight of `model`; only value-path parameters are new."""
-    return copy_weights(target_class(target_config), model, new_parameters=(".value_path.",))
+def _convert(model, target_class, target_config, dropped=()):
+    """A `target_class` model with every weight of `model` but `dropped`; only value-path parameters are new."""
+    return copy_weights(target_class(target_config), model, new_parameters=(".value_path.",), dropped=dropped)
 
 
 def _standard_source(model, target: str) -> ValueArchConfig:
@@ -82,8 +82,13 @@ def to_bov(model) -> BovForCausalLM:
             "conversion to bov needs a standard or an x0 W_V-substitutive model; got value_source="
             f"{config.value_source!r}, value_mix={config.value_mix!r}."
         )
-    target = _convert(model, BovForCausalLM, BovConfig(**_backbone(config), **value_path))
-    align_value_tables(target.model)
+    target_config = BovConfig(**_backbone(config), **value_path)
+    # table layers hold no W_V: the source's W_V there only aligns the tables
+    value_projections = {i: layer.self_attn.v_proj for i, layer in enumerate(model.model.layers)
+                         if not projects_values(target_config, i)}
+    dropped = tuple(f"model.layers.{i}.self_attn.v_proj.{name}" for i in value_projections for name in ("weight", "bias"))
+    target = _convert(model, BovForCausalLM, target_config, dropped=dropped)
+    align_value_tables(target.model, value_projections)
     return target
 
 

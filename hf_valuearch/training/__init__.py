@@ -2,80 +2,70 @@
 
 Used by `scripts/train.py`. Not shipped inside checkpoints (remote code never imports it).
 
-* Data: a local text file or directory (every text file below it), or `hf:NAME[:CONFIG]` for a Hub
-  dataset streamed with `datasets` (fails with a clear message when offline).
-* Tokenizer: a local tokenizer directory, or a byte-level BPE trained on the corpus itself.
-* Checkpoints are written atomically (staged in `.staging/`, then renamed into place), and a run
-  restarted with the same output directory resumes from its last complete checkpoint.
+* Data (`data.py`): the embedded default corpus, local text / jsonl / parquet files or folders, or
+  `hf:NAME[:CONFIG]`, all streamed through `datasets` and packed into blocks with EOS between documents.
+* Tokenizer: a local tokenizer directory, or a byte-level BPE trained on a sample of the corpus itself.
+* Checkpoints are written atomically (staged in `.staging/`, then renamed into place by the main process), the
+  final model too; SIGINT / SIGTERM save a checkpoint and stop; a run restarted with the same output directory
+  resumes from its last complete checkpoint, and a finished run has nothing to do.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
+import signal
 from pathlib import Path
 
-import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, TrainingArguments, set_seed
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
+from .data import DEFAULT_CORPUS, HeldOutBlocks, PackedStream, training_texts
 
-TEXT_SUFFIXES = {".txt", ".rst", ".md", ".text", ".jsonl"}
+REPO = Path(__file__).resolve().parents[2]
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: the configs' pad/bos/eos defaults
+TOKENIZER_SAMPLE_CHARS = 20_000_000  # the BPE is trained on at most this many characters of the corpus
+TOKENIZER_RECORD = "valuearch_tokenizer.json"  # which corpus and vocabulary size a saved tokenizer was trained for
+RUN_LOSS = "run_loss.json"  # in every checkpoint: the summed training loss of the whole run so far
+TINY_CONFIGS = REPO / "configs" / "tiny"  # `--config TYPE` means TINY_CONFIGS/TYPE.json: trains on CPU in a minute
+
+
+def check_config_fields(config_class, fields: dict, source: str):
+    """Refuse a field `config_class` does not define, naming the closest valid one."""
+    valid = {f.name for f in dataclasses.fields(config_class)}
+    for name in fields:
+        if name not in valid:
+            close = difflib.get_close_matches(name, sorted(valid), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid fields: {sorted(valid)}"
+            raise ValueError(f"{source} sets {name!r}, which {config_class.__name__} does not define{hint}")
 
 
 def load_config(spec: str, overrides: dict | None = None):
-    """A config from a JSON file (its `model_type` picks the class) or a model type's defaults, plus overrides."""
+    """A config from a JSON file (its `model_type` picks the class) or a model type (its tiny config), plus
+    overrides (which must be fields of the config class)."""
     path = Path(spec)
-    if path.suffix == ".json":
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {spec!r} does not exist")
-        fields = json.loads(path.read_text())
-    elif spec in MODEL_TYPES:
-        fields = {"model_type": spec}
-    else:
+    if spec in MODEL_TYPES:
+        path = TINY_CONFIGS / f"{spec}.json"
+    elif path.suffix != ".json":
         raise ValueError(f"--config {spec!r} is neither a .json file nor a model type; model types: {sorted(MODEL_TYPES)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    fields = json.loads(path.read_text())
     model_type = fields.pop("model_type", "valuearch")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type {model_type!r} in {spec!r} is unknown; allowed: {sorted(MODEL_TYPES)}")
-    return MODEL_TYPES[model_type][0](**{**fields, **(overrides or {})})
+    config_class = MODEL_TYPES[model_type][0]
+    check_config_fields(config_class, overrides or {}, "--set")
+    return config_class(**{**fields, **(overrides or {})})
 
 
-def iter_texts(data: str) -> Iterator[str]:
-    """Documents of a local file/directory, or of a Hub dataset given as `hf:NAME[:CONFIG]` (its `text` column)."""
-    if data.startswith("hf:"):
-        from datasets import load_dataset
-
-        name, _, config_name = data[3:].partition(":")
-        try:
-            dataset = load_dataset(name, config_name or None, split="train", streaming=True)
-            for row in dataset:
-                yield row["text"]
-        except (ConnectionError, OSError) as error:
-            raise RuntimeError(
-                f"could not stream Hub dataset {name!r} ({error}). Without network access, pass a local "
-                "text file or directory instead."
-            ) from error
-        return
-    path = Path(data)
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
-    else:
-        raise FileNotFoundError(f"--data {data!r} is neither a file, a directory nor hf:NAME")
-    if not files:
-        raise ValueError(f"--data {data!r} holds no text files (suffixes {sorted(TEXT_SUFFIXES)})")
-    for file in files:
-        yield file.read_text(encoding="utf-8", errors="replace")
-
-
-def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(texts, vocab_size: int) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer of `vocab_size` entries trained on `texts`; ids 0-2 are pad/bos/eos."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -88,92 +78,187 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-class PackedBlocks(torch.utils.data.Dataset):
-    """The corpus as one token stream (documents joined by eos), cut into blocks of `block_size` tokens."""
+def resolve_tokenizer(tokenizer_path: str | None, output: Path, data: str | None, vocab_size: int):
+    """The run's tokenizer: `--tokenizer`, else the one this output directory trained (when it was trained for
+    the same corpus and vocabulary size), else a new BPE trained on the corpus (validated first)."""
+    if tokenizer_path:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    else:
+        record = {"data": data, "vocab_size": vocab_size}
+        saved = output / "tokenizer"
+        if (saved / TOKENIZER_RECORD).is_file():
+            saved_record = json.loads((saved / TOKENIZER_RECORD).read_text())
+            if saved_record != record:
+                raise ValueError(f"{saved} was trained for {saved_record}, not for this run's {record}; use a new "
+                                 "--output_dir, or pass --tokenizer to reuse that tokenizer")
+            tokenizer = AutoTokenizer.from_pretrained(saved)
+        else:
+            tokenizer = train_tokenizer(training_texts(data, TOKENIZER_SAMPLE_CHARS), vocab_size)
+            staging = output / ".staging-tokenizer"
+            tokenizer.save_pretrained(staging)
+            (staging / TOKENIZER_RECORD).write_text(json.dumps(record))
+            shutil.rmtree(saved, ignore_errors=True)
+            os.replace(staging, saved)
+    if len(tokenizer) > vocab_size:
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, more than the config's vocab_size={vocab_size}; "
+                         f"use --set vocab_size={len(tokenizer)} or a smaller tokenizer")
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no EOS token (needed between packed documents); set its eos_token")
+    return tokenizer
 
-    def __init__(self, token_ids: torch.Tensor, block_size: int):
-        count = len(token_ids) // block_size
-        if count == 0:
-            raise ValueError(f"the corpus has {len(token_ids)} tokens, fewer than one block of {block_size}")
-        self.blocks = token_ids[: count * block_size].view(count, block_size)
 
-    def __len__(self):
-        return len(self.blocks)
+def replace_directory(staging: Path, target: Path):
+    """Put a completely written `staging` folder at `target`, replacing what was there, without a moment where
+    `target` holds a partial folder."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
 
-    def __getitem__(self, index):
-        return {"input_ids": self.blocks[index], "labels": self.blocks[index]}
 
+class StopOnSignal(TrainerCallback):
+    """SIGINT / SIGTERM end training after the current step with a checkpoint (saved by the Trainer)."""
 
-def tokenize_corpus(texts: list[str], tokenizer) -> torch.Tensor:
-    ids: list[int] = []
-    for text in texts:
-        ids.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
-        ids.append(tokenizer.eos_token_id)
-    return torch.tensor(ids, dtype=torch.long)
+    def __init__(self):
+        self.received: int | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame):
+        self.received = signum
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received is not None:
+            control.should_save = True
+            control.should_training_stop = True
 
 
 class AtomicCheckpointTrainer(Trainer):
-    """A Trainer whose checkpoints appear only when complete: written to `.staging/`, then renamed."""
+    """A Trainer whose checkpoints appear only when complete: every process writes its part into `.staging/`;
+    after a barrier the main process alone renames it into place. Each checkpoint also records the whole run's
+    summed training loss so far (`run_loss.json`), so a resumed run reports the whole run's mean."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss_before_resume = 0.0
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        record = Path(resume_from_checkpoint) / RUN_LOSS
+        if record.is_file():
+            self.loss_before_resume = json.loads(record.read_text())["loss_sum"]
+
+    def _issue_warnings_after_load(self, load_result):
+        # A tied model's checkpoint omits the head (it is the embedding): not a missing key.
+        tied = set(self.model._tied_weights_keys or {}) if self.model.config.tie_word_embeddings else set()
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+    def run_loss_sum(self) -> float:
+        """The training loss summed over every step of the run so far, before a resume included."""
+        return self.loss_before_resume + self._total_loss_scalar + float(self._tr_loss)
 
     def _save_checkpoint(self, model, trial):
         run_dir = self._get_output_dir(trial=trial)
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging_root = os.path.join(run_dir, ".staging")
-        shutil.rmtree(staging_root, ignore_errors=True)
+        if self.args.should_save:
+            shutil.rmtree(staging_root, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
         output_dir = self.args.output_dir
         self.args.output_dir = staging_root  # Trainer writes `<output_dir>/checkpoint-N`
         try:
             super()._save_checkpoint(model, trial)
         finally:
             self.args.output_dir = output_dir
-        final = os.path.join(run_dir, name)
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(os.path.join(staging_root, name), final)
-        shutil.rmtree(staging_root, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
         if self.args.should_save:
+            staged = Path(staging_root) / name
+            (staged / RUN_LOSS).write_text(json.dumps({"loss_sum": self.run_loss_sum()}))
+            replace_directory(staged, Path(run_dir) / name)
+            shutil.rmtree(staging_root, ignore_errors=True)
             rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+        self.accelerator.wait_for_everyone()
+
+
+def finished_metrics(output: Path, max_steps: int) -> dict | None:
+    """The metrics of a finished run in `output` that trained at least `max_steps` steps, else None."""
+    record = output / "final" / "training_metrics.json"
+    if record.is_file():
+        metrics = json.loads(record.read_text())
+        if metrics.get("global_step", 0) >= max_steps:
+            return metrics
+    return None
 
 
 def pretrain(
     config_spec: str,
-    data: str,
+    data: str | None,
     output_dir: str,
     tokenizer_path: str | None = None,
     overrides: dict | None = None,
     block_size: int = 256,
-    eval_fraction: float = 0.02,
+    eval_blocks: int = 64,
     **training_arguments,
 ) -> dict:
     """Pretrain a model from scratch and save it with its tokenizer; returns the final metrics."""
     output = Path(output_dir)
-    vocab_size = load_config(config_spec, overrides).vocab_size  # a bad config fails before any work
-    texts = list(iter_texts(data))
-    if tokenizer_path:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    elif (output / "tokenizer").is_dir():  # a resumed run keeps the tokenizer it started with
-        tokenizer = AutoTokenizer.from_pretrained(output / "tokenizer")
-    else:
-        tokenizer = train_tokenizer(texts, vocab_size)
-        tokenizer.save_pretrained(output / "tokenizer")
-    config = load_config(config_spec, {
-        "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
-        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id, **(overrides or {}),
-    })
-    tokens = tokenize_corpus(texts, tokenizer)
-    split = len(tokens) - max(block_size + 1, math.ceil(len(tokens) * eval_fraction))
-    train_data, eval_data = PackedBlocks(tokens[:split], block_size), PackedBlocks(tokens[split:], block_size)
+    config = load_config(config_spec, overrides)  # a bad config fails before any work
+    max_steps = training_arguments.get("max_steps", 0)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"--max_steps {max_steps!r} is invalid: expected an integer >= 1")
+    if not isinstance(block_size, int) or not 2 <= block_size <= config.max_position_embeddings:
+        raise ValueError(f"--block_size {block_size!r} is invalid: expected an integer in [2, "
+                         f"max_position_embeddings={config.max_position_embeddings}] (or raise it with "
+                         f"--set max_position_embeddings={block_size})")
+    done = finished_metrics(output, max_steps)
+    if done is not None:
+        print(f"nothing to do: {output / 'final'} already holds this run, trained for {done['global_step']} steps "
+              f"(--max_steps {max_steps}); raise --max_steps to train further")
+        return {**done, "nothing_to_do": True}
 
-    args = TrainingArguments(output_dir=str(output), report_to=[], **training_arguments)
+    args = TrainingArguments(output_dir=str(output), **{"report_to": [], **training_arguments})
+    with args.main_process_first(desc="tokenizer"):
+        tokenizer = resolve_tokenizer(tokenizer_path, output, data, config.vocab_size)
+    config = load_config(config_spec, {
+        "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id, **(overrides or {}),
+    })
+    eval_data = HeldOutBlocks(PackedStream(data, tokenizer, block_size, held_out=True, max_blocks=eval_blocks))
+    train_data = PackedStream(data, tokenizer, block_size, held_out=False)
+    print(f"data: {DEFAULT_CORPUS if data is None else data}; {len(eval_data)} held-out blocks of {block_size} tokens")
+
     set_seed(args.seed)  # the initial weights are part of the run: same seed, same model
     model = MODEL_TYPES[config.model_type][2](config)
-    trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data)
+    stop = StopOnSignal()
+    trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
+                                      callbacks=[stop])
     last_checkpoint = get_last_checkpoint(str(output)) if output.is_dir() else None
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
-    metrics = {"train_loss": result.training_loss, "global_step": result.global_step,
+    if stop.received is not None:
+        name = signal.Signals(stop.received).name
+        print(f"stopped by {name} at step {trainer.state.global_step}: checkpoint saved in {output}; rerun the same "
+              "command to resume")
+        raise SystemExit(128 + stop.received)
+    steps_this_run = trainer.state.global_step - trainer._initial_global_step
+    train_loss = (trainer.loss_before_resume + result.training_loss * steps_this_run) / trainer.state.global_step
+    metrics = {"train_loss": train_loss, "global_step": result.global_step,
                "resumed_from": last_checkpoint, **trainer.evaluate()}
-    trainer.save_model(str(output / "final"))
-    tokenizer.save_pretrained(output / "final")
-    write_model_card(model, output / "final", metrics)
+    final, staging = output / "final", output / ".staging-final"
+    trainer.save_model(str(staging))
+    if args.should_save:
+        tokenizer.save_pretrained(staging)
+        write_model_card(model, staging, metrics)
+        (staging / "training_metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+        replace_directory(staging, final)
+        print(f"final model and tokenizer: {final}")
+    trainer.accelerator.wait_for_everyone()
     return metrics

@@ -6,8 +6,8 @@ spec_value_paths.md §1.2) uses to match compute across variants:
     6 * N_matmul  +  12 * H * D_head * context  (per layer)  +  depth reads (AttnRes)
 
 * N_matmul counts the weights of matrix multiplies: every dense matrix except the input embedding (a lookup),
-  with the LM head counted once even when tied. Table lookups (BoV value tables) cost no FLOPs, and a BoV table
-  layer's `v_proj` is never run ("c_v is dead at target layers ... excluded from the FLOP count"). Norm weights
+  with the LM head counted once even when tied. Table lookups (BoV value tables) cost no FLOPs, and BoV table
+  layers hold no `v_proj` (the paper's "c_v is dead at target layers ... excluded from the FLOP count"). Norm weights
   and scalars (gamma, temperatures, pseudo-queries) are not matmuls.
 * The attention term is nanochat's `12 * h * q * effective_seq`: QK^T and AV, forward and backward, over the
   keys one query sees at the end of a `seq_len` sequence: all of them (full attention), the window (sliding
@@ -29,24 +29,14 @@ from ..depth_routing import BlockAttnResReadout, BlockAttnResRouter
 from ..kvm import KVMMixer
 
 
-def _unused_parameter_names(config) -> set[str]:
-    """Parameters the forward never runs: `v_proj` of BoV table layers that substitute their values."""
-    if not (config.value_source == "table" and config.value_mix == "substitute"):
-        return set()
-    return {f"model.layers.{i}.self_attn.v_proj.weight" for i in config.value_layer_indices}
-
-
 def _parameter_kinds(model: nn.Module) -> dict[str, str]:
     """{parameter name: "dense" | "table" | "routing"} for every parameter the forward uses (tied ones once)."""
     routing = {f"{module_name}.{name}" if module_name else name
                for module_name, module in model.named_modules()
                if isinstance(module, (BlockAttnResRouter, BlockAttnResReadout))
                for name, _ in module.named_parameters()}
-    unused = _unused_parameter_names(model.config)
     kinds = {}
     for name, _ in model.named_parameters():
-        if name in unused:
-            continue
         if name in routing:
             kinds[name] = "routing"
         elif name.endswith("value_table.weight"):
@@ -61,7 +51,7 @@ def parameter_split(model: nn.Module) -> dict[str, int]:
 
     table: BoV value tables (lookups). routing: Block AttnRes / RD-AttnRes pseudo-queries and key norms.
     dense: everything else the forward uses (embeddings, projections, norms, gates, scalars). Tied weights
-    count once; the `v_proj` of BoV table layers, never run, counts nowhere.
+    count once (BoV table layers hold no `v_proj`: it would never run).
     """
     split = {"dense": 0, "table": 0, "routing": 0}
     parameters = dict(model.named_parameters())

@@ -1,0 +1,117 @@
+"""Every registered model type behaves as a first-class transformers model (issue 8): gradients under both
+gradient-checkpointing modes, weight init and vocabulary resizing, no parameter without a gradient (DDP).
+
+Shapes are those of transformers' common model tests: vocab 99, hidden 32, intermediate 37, 2 layers, 4 heads,
+2 KV heads; KVM layers get a window of one 4-token chunk, so that 9 tokens already merge into their state.
+"""
+
+import pytest
+import torch
+
+from hf_valuearch import MODEL_TYPES
+from hf_valuearch.value_paths import token_x0, value_table_paths
+
+ALL_TYPES = sorted(MODEL_TYPES)
+SHAPES = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, pad_token_id=0)
+KVM_SHAPES = dict(kvm_chunk_size=4, kvm_window_chunks=1, kvm_state_min_slots=4)
+
+
+def conformance_config(model_type: str, **overrides):
+    shapes = {**SHAPES, **(KVM_SHAPES if model_type == "kvm" else {})}
+    return MODEL_TYPES[model_type][0](**{**shapes, **overrides})
+
+
+def conformance_model(model_type: str, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return MODEL_TYPES[model_type][2](conformance_config(model_type, **overrides))
+
+
+def conformance_ids(batch: int = 2, length: int = 9, seed: int = 1) -> torch.Tensor:
+    return torch.randint(1, SHAPES["vocab_size"], (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def loss_gradients(model, ids) -> dict[str, torch.Tensor | None]:
+    model.zero_grad(set_to_none=True)
+    model(ids, labels=ids).loss.backward()
+    return {name: parameter.grad for name, parameter in model.named_parameters()}
+
+
+# --- gradients --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_every_parameter_gets_a_gradient(model_type):
+    """No dead parameter (e.g. a W_V the value path never reads): DDP without find_unused_parameters needs it."""
+    grads = loss_gradients(conformance_model(model_type).train(), conformance_ids())
+    assert [name for name, grad in grads.items() if grad is None] == []
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_gradient_checkpointing_gives_the_same_gradients(model_type, use_reentrant):
+    model = conformance_model(model_type).train()
+    ids = conformance_ids()
+    expected = loss_gradients(model, ids)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    checkpointed = loss_gradients(model, ids)
+    for name, grad in expected.items():
+        assert checkpointed[name] is not None, name
+        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+# --- initialisation and resizing ------------------------------------------------------------------------------
+
+
+def test_init_weights_and_post_init_keep_trained_value_tables():
+    model = conformance_model("bov")
+    tables = [path.value_table.weight for path in value_table_paths(model.model).values()]
+    assert tables
+    with torch.no_grad():
+        for table in tables:
+            table.mul_(3.0).add_(1.0)  # "trained"
+    trained = [table.clone() for table in tables]
+    model.post_init()
+    model.init_weights()
+    for table, expected in zip(tables, trained):
+        assert torch.equal(table, expected)
+
+
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_resize_token_embeddings_then_forward_and_post_init(model_type):
+    model = conformance_model(model_type).eval()
+    ids = conformance_ids()
+    with torch.no_grad():
+        before = model(ids).logits
+        model.resize_token_embeddings(120)
+        grown = model(torch.cat((ids, torch.tensor([[105], [119]])), dim=1)).logits
+        model.post_init()
+        after = model(ids).logits
+    assert grown.shape[-1] == 120 and model.config.vocab_size == 120
+    torch.testing.assert_close(after[..., :99], before)  # old tokens: the same model
+    with torch.no_grad():
+        model.resize_token_embeddings(50)
+        assert model(ids.clamp(max=49)).logits.shape[-1] == 50
+
+
+def test_resized_value_tables_align_new_rows_and_keep_old_ones():
+    """New rows are W_V RMSNorm(e[t]) for the W_V the table was aligned with; old rows are kept; shrinking cuts."""
+    model = conformance_model("bov", tie_word_embeddings=False)
+    eps = model.config.rms_norm_eps
+    paths = value_table_paths(model.model)
+    projections = {}
+    with torch.no_grad():
+        for layer_idx, path in paths.items():
+            projections[layer_idx] = torch.randn(path.value_table.embedding_dim, SHAPES["hidden_size"])
+            path.value_table.weight.copy_(token_x0(model.model.embed_tokens.weight, eps) @ projections[layer_idx].T)
+    old = {i: path.value_table.weight.clone() for i, path in paths.items()}
+    model.resize_token_embeddings(130, mean_resizing=False)
+    x0_new = token_x0(model.model.embed_tokens.weight.detach(), eps)[99:]
+    for layer_idx, path in paths.items():
+        table = path.value_table.weight
+        assert table.shape == (130, path.value_table.embedding_dim)
+        assert torch.equal(table[:99], old[layer_idx])
+        torch.testing.assert_close(table[99:], x0_new @ projections[layer_idx].T, rtol=1e-4, atol=1e-5)
+    model.resize_token_embeddings(40)
+    for layer_idx, path in paths.items():
+        assert torch.equal(path.value_table.weight, old[layer_idx][:40])
