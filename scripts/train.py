@@ -43,6 +43,9 @@ def main(argv=None):
                         help="override a config field (VALUE parsed as JSON), repeatable")
     parser.add_argument("--block_size", type=int, default=256, help="tokens per training sequence")
     parser.add_argument("--max_steps", type=int, default=200)
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (TrainingArguments torch_compile=True); "
+                             "`scripts/bench.py training --compile` measures compiled vs eager")
     args, extra = parser.parse_known_args(argv)
     if len(extra) % 2 or not all(key.startswith("--") for key in extra[::2]):
         parser.error(f"TrainingArguments must come as --name value pairs, got {extra}")
@@ -62,6 +65,7 @@ def main(argv=None):
         "per_device_train_batch_size": 8, "learning_rate": 1e-3, "save_steps": 100,
         "logging_steps": max(1, args.max_steps // 20),
         **{key[2:]: parse_value(value) for key, value in zip(extra[::2], extra[1::2])},
+        **({"torch_compile": True} if args.compile else {}),
     }
     try:
         metrics = pretrain(args.config, args.data, args.output_dir, tokenizer_path=args.tokenizer,

@@ -187,3 +187,15 @@ def test_hub_dataset_offline_fails_with_a_clear_message(tmp_path):
     assert result.returncode != 0
     assert "could not stream Hub dataset 'someone/not-a-local-dataset'" in result.stderr
     assert "pass a local text file or directory" in result.stderr
+
+
+def test_compile_flag_asks_trainer_to_compile(monkeypatch, tmp_path):
+    import hf_valuearch.training
+
+    received = {}
+    monkeypatch.setattr(hf_valuearch.training, "pretrain", lambda *args, **kwargs: received.update(kwargs) or {})
+    run_script("train", "--config", "valuearch", "--output_dir", str(tmp_path), "--compile")
+    assert received["torch_compile"] is True
+    received.clear()
+    run_script("train", "--config", "valuearch", "--output_dir", str(tmp_path))
+    assert "torch_compile" not in received
