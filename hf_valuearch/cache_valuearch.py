@@ -104,16 +104,46 @@ class ValueArchCache(Cache):
     `generate` does not build transformers' `DynamicCache` for these models (see
     `ValueArchPreTrainedModel._supports_default_dynamic_cache`); the model builds this one on the first
     forward with `use_cache=True` and returns it, as Llama does with `DynamicCache`.
+
+    With `config.smear_gate`, `smear_inputs` keeps the pre-smear decoder inputs of all cached positions
+    ([B, 1, T, D] as its keys; cropped, reordered and selected with the layers), from which the next step's
+    smear reads its predecessor.
     """
 
     def __init__(self, config):
         super().__init__(layers=[cache_layer_for(config, i) for i in range(config.num_hidden_layers)])
+        self.smear_inputs = DynamicLayer() if config.smear_gate else None
+
+    def _cached_tensors(self):
+        layers = self.layers if self.smear_inputs is None else [*self.layers, self.smear_inputs]
+        for layer in layers:
+            if not isinstance(layer, KVMCacheLayer):
+                yield from (t for t in (layer.keys, layer.values) if t is not None)
 
     def nbytes(self) -> int:
-        """Bytes of the tensors every layer holds (what `cache_bytes` predicts)."""
-        return sum(layer.nbytes() if isinstance(layer, KVMCacheLayer)
-                   else sum(t.numel() * t.element_size() for t in (layer.keys, layer.values) if t is not None)
-                   for layer in self.layers)
+        """Bytes of the tensors every layer (and the smear inputs) holds (what `cache_bytes` predicts)."""
+        return (sum(layer.nbytes() for layer in self.layers if isinstance(layer, KVMCacheLayer))
+                + sum(t.numel() * t.element_size() for t in self._cached_tensors()))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        super().reorder_cache(beam_idx)
+        if self.smear_inputs is not None:
+            self.smear_inputs.reorder_cache(beam_idx)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        if self.smear_inputs is not None:
+            self.smear_inputs.crop(tokens_to_remove)
+
+    def batch_repeat_interleave(self, repeats: int):
+        super().batch_repeat_interleave(repeats)
+        if self.smear_inputs is not None:
+            self.smear_inputs.batch_repeat_interleave(repeats)
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        super().batch_select_indices(indices)
+        if self.smear_inputs is not None:
+            self.smear_inputs.batch_select_indices(indices)
 
 
 TOKEN_ID_BYTES = 8  # table layers cache int64 token ids
@@ -140,9 +170,16 @@ def cache_layer_bytes(config, layer_idx: int, dtype: torch.dtype, context_length
 
 
 def cache_bytes(config, dtype: torch.dtype, context_length: int, batch_size: int = 1) -> int:
-    """Bytes of a `ValueArchCache` after `context_length` tokens of `batch_size` sequences, activations in `dtype`."""
-    return batch_size * sum(cache_layer_bytes(config, i, dtype, context_length)
-                            for i in range(config.num_hidden_layers))
+    """Bytes of a `ValueArchCache` after `context_length` tokens of `batch_size` sequences, activations in `dtype`
+    (plus, with `smear_gate`, the hidden_size pre-smear inputs of every position)."""
+    smear_bytes = context_length * smear_bytes_per_token(config, dtype)
+    return batch_size * (smear_bytes + sum(cache_layer_bytes(config, i, dtype, context_length)
+                                           for i in range(config.num_hidden_layers)))
+
+
+def smear_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """Bytes of the pre-smear decoder input the cache keeps per position (`smear_gate`), else 0."""
+    return config.hidden_size * torch.empty((), dtype=dtype).element_size() if config.smear_gate else 0
 
 
 def cache_bytes_per_token(config, dtype: torch.dtype, context_length: int | None = None) -> float:
@@ -158,5 +195,6 @@ def cache_bytes_per_token(config, dtype: torch.dtype, context_length: int | None
             raise ValueError(f"cache_bytes_per_token: context_length={context_length!r} is invalid: expected None "
                              "or an integer >= 1.")
         return cache_bytes(config, dtype, context_length) / context_length
-    return float(sum(cache_layer_bytes(config, i, dtype, 1) for i in range(config.num_hidden_layers)
-                     if config.mixer_types[i] == "full_attention"))
+    return float(smear_bytes_per_token(config, dtype)
+                 + sum(cache_layer_bytes(config, i, dtype, 1) for i in range(config.num_hidden_layers)
+                       if config.mixer_types[i] == "full_attention"))

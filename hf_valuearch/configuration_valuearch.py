@@ -28,6 +28,7 @@ MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
+INITIALIZATIONS = ("normal", "nanochat")
 
 
 def _fail(field: str, value, allowed: str):
@@ -60,6 +61,14 @@ class ValueArchConfig(PreTrainedConfig):
     Decoder options (all off by default, i.e. Llama behaviour):
         qk_norm: per-head normalisation of q and k after projection, before RoPE: "none", "rmsnorm" or
             "layernorm" (KVM backbone, SATFormer).
+        qk_norm_eps: epsilon of the q/k norms; None = `rms_norm_eps` (SATFormer and KVM use 1e-5 there).
+        qk_scale: q and k are multiplied by this after the q/k-norm (nanochat: 1.2); needs `qk_norm`.
+        norm_weights: False drops the learnable weight of every RMSNorm (and the q/k norms' affine
+            parameters): nanochat's parameter-free `F.rms_norm`.
+        embedding_norm: RMSNorm of the embeddings before the first layer (nanochat `x = norm(wte(idx))`).
+        smear_gate: nanochat's smear, h_t += λ σ(W_s h_t[:24]) h_{t-1} on the decoder input (λ zero-init).
+        initialization: "normal" (Llama: N(0, initializer_range)) or "nanochat" (U(±√3/√d) q/k/v, 0.4× for
+            the MLP input, zero output projections, embeddings N(0, 0.8), LM head N(0, 0.001)).
         mlp_activation: "swiglu" (Llama) or "relu2" (`down(relu(up(x))^2)`, nanochat / KVM backbone).
         final_logit_softcapping: if set to c, logits become `c * tanh(logits / c)` (nanochat: 15).
         rope_parameters["partial_rotary_factor"]: fraction of each head's dimensions that RoPE rotates
@@ -122,6 +131,12 @@ class ValueArchConfig(PreTrainedConfig):
     mlp_bias: bool = False
     # --- decoder options ---
     qk_norm: str = "none"
+    qk_norm_eps: float | None = None  # None: rms_norm_eps
+    qk_scale: float | None = None
+    norm_weights: bool = True
+    embedding_norm: bool = False
+    smear_gate: bool = False
+    initialization: str = "normal"
     mlp_activation: str = "swiglu"
     final_logit_softcapping: float | None = None
     # --- axis 1: value path ---
@@ -160,10 +175,16 @@ class ValueArchConfig(PreTrainedConfig):
                 self.head_dim = self.hidden_size // self.num_attention_heads
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
+        if self.qk_norm_eps is None:
+            self.qk_norm_eps = self.rms_norm_eps
         if self.mixer_types is None and isinstance(self.num_hidden_layers, int):
             self.mixer_types = [self.default_mixer_type] * self.num_hidden_layers
         super().__post_init__(**kwargs)
         self.validate_valuearch()
+
+    def _validate_linspace_rope_parameters(self, rope_parameters: dict, ignore_keys: set | None = None):
+        """rope_type "linspace" (KVM-paper frequencies, `ValueArchRotaryEmbedding`) takes the keys of "default"."""
+        self._validate_default_rope_parameters(rope_parameters, ignore_keys=ignore_keys)
 
     @property
     def rotary_dim(self) -> int:
@@ -190,6 +211,17 @@ class ValueArchConfig(PreTrainedConfig):
         if not (isinstance(self.attention_dropout, (int, float)) and 0.0 <= self.attention_dropout < 1.0):
             _fail("attention_dropout", self.attention_dropout, "expected a number in [0, 1)")
         _check_choice("qk_norm", self.qk_norm, QK_NORMS)
+        _check_float("qk_norm_eps", self.qk_norm_eps, 0.0, strictly=True)
+        if self.qk_scale is not None:
+            _check_float("qk_scale", self.qk_scale, 0.0, strictly=True)
+            if self.qk_norm == "none":
+                _fail("qk_scale", self.qk_scale, "scales q and k after the q/k-norm; set qk_norm or use None")
+        for field in ("norm_weights", "embedding_norm", "smear_gate"):
+            if not isinstance(getattr(self, field), bool):
+                _fail(field, getattr(self, field), "expected True or False")
+        if self.smear_gate and self.hidden_size < 24:
+            _fail("smear_gate", True, f"its gate reads the first 24 channels; hidden_size={self.hidden_size} is smaller")
+        _check_choice("initialization", self.initialization, INITIALIZATIONS)
         _check_choice("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         if self.final_logit_softcapping is not None:
             _check_float("final_logit_softcapping", self.final_logit_softcapping, 0.0, strictly=True)
@@ -379,6 +411,7 @@ class SatFormerConfig(ValueArchConfig):
     value_coefficients: str = "learnable"  # W_alpha = Linear(hidden, num_kv_heads, bias=False), trained
     value_layers: str | list[int] | None = "all"  # SATFormer repo default: every layer > 0 (value_residual_last_k unset)
     qk_norm: str = "rmsnorm"  # SATFormer configs: qk_norm=True (fla RMSNorm)
+    qk_norm_eps: float | None = 1e-5  # attn_satformer.py: q/k RMSNorm(head_dim) at fla's default eps; norm_eps 1e-6 elsewhere
     tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
 
 
@@ -393,13 +426,20 @@ class KvmConfig(ValueArchConfig):
     The other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7). From the paper's attention
     block the preset takes what the mechanism depends on: per-head LayerNorm of q and k (`ln_q`, `ln_k`,
     spec A.1) and partial RoPE over the first half of each head (`rope_partial_dim=64` of 128, spec A.1),
-    whose rotary half the state keys zero.
+    whose rotary half the state keys zero, with the paper's frequencies (1/θ)^linspace(0, 1, n), θ = 10000
+    (rope_type "linspace", unless `rope_parameters` is given).
     """
 
     model_type = "kvm"
     default_mixer_type = "kvm"
     partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
+
+    def __post_init__(self, **kwargs):
+        if self.rope_parameters is None:  # rwkv7_backbone.py RotaryEmbedding; rope_theta 10000 (configs/prolong)
+            self.rope_parameters = {"rope_type": "linspace"}
+        super().__post_init__(**kwargs)
     qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
+    qk_norm_eps: float | None = 1e-5  # value_residual_mixin.py: ln_q, ln_k = nn.LayerNorm(d_head), eps 1e-5
 
 
 # --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------

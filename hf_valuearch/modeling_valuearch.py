@@ -57,11 +57,13 @@ from .value_paths import (
 
 
 class ValueArchRMSNorm(nn.Module):
-    """RMSNorm (Zhang & Sennrich, 2019), computed in float32 as in Llama."""
+    """RMSNorm (Zhang & Sennrich, 2019), computed in float32 as in Llama; `weight=False` drops the learnable
+    weight (nanochat's `F.rms_norm(x, (d,))`)."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6):
+    def __init__(self, hidden_size: int, eps: float = 1e-6, weight: bool = True):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.weight = nn.Parameter(torch.ones(hidden_size)) if weight else None
+        self.hidden_size = hidden_size
         self.variance_epsilon = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -69,14 +71,63 @@ class ValueArchRMSNorm(nn.Module):
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight is None:
+            return hidden_states.to(input_dtype)
         return self.weight * hidden_states.to(input_dtype)
 
     def extra_repr(self):
-        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+        return f"{self.hidden_size}, eps={self.variance_epsilon}, weight={self.weight is not None}"
+
+
+def build_norm(config: ValueArchConfig, hidden_size: int | None = None) -> ValueArchRMSNorm:
+    """The backbone's RMSNorm over `hidden_size` (default: the model width), with or without its weight."""
+    return ValueArchRMSNorm(hidden_size or config.hidden_size, eps=config.rms_norm_eps, weight=config.norm_weights)
+
+
+class EmbeddingSmear(nn.Module):
+    """nanochat's smear gate: h_t <- h_t + λ σ(W_s h_t[:24]) h_{t-1} for t >= 1 (bigram information from the
+    previous token's input; λ = `scale`, zero-initialised, W_s = `gate_proj`, U(0, 0.02)-initialised).
+
+    With a generation cache, the pre-smear inputs of all cached positions are kept (`ValueArchCache.smear_inputs`)
+    so that decode steps and cropped caches see their predecessor. Where a 2-D attention mask marks the previous
+    position as padding, nothing is smeared in (nanochat has no padding: unpadded inputs are unaffected).
+    """
+
+    gate_channels = 24  # nanochat: smear_gate = Linear(24, 1)
+
+    def __init__(self, config: ValueArchConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(self.gate_channels, 1, bias=False)
+        self.scale = nn.Parameter(torch.zeros(1))
+
+    def init_valuearch_weights(self, init):
+        """nanochat's init: W_s ~ U(0, 0.02), λ = 0 (the smear starts closed)."""
+        init.uniform_(self.gate_proj.weight, 0.0, 0.02)
+        init.zeros_(self.scale)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, cache) -> torch.Tensor:
+        # hidden_states: [B, T, D], the decoder input of this forward's positions
+        past = cache.smear_inputs.keys if cache is not None and cache.smear_inputs.is_initialized else None
+        past_length = 0 if past is None else past.shape[-2]
+        if cache is not None:
+            inputs = hidden_states.unsqueeze(1)  # [B, 1, T, D]
+            cache.smear_inputs.update(inputs, inputs[..., :0])
+        previous = hidden_states[:, :-1] if past is None else torch.cat([past[:, 0, -1:], hidden_states[:, :-1]], 1)
+        current = hidden_states[:, hidden_states.shape[1] - previous.shape[1]:]  # positions with a predecessor
+        if attention_mask is not None and attention_mask.dim() == 2:
+            first = past_length + hidden_states.shape[1] - previous.shape[1] - 1  # index of the first predecessor
+            previous = previous * attention_mask[:, first : first + previous.shape[1], None].to(previous.dtype)
+        gate = self.scale * torch.sigmoid(self.gate_proj(current[..., : self.gate_channels]))  # [B, T', 1]
+        smeared = current + gate * previous
+        return torch.cat([hidden_states[:, : hidden_states.shape[1] - smeared.shape[1]], smeared], dim=1)
 
 
 class ValueArchRotaryEmbedding(nn.Module):
-    """RoPE (Su et al., 2021) over the first `config.rotary_dim` dimensions of each head."""
+    """RoPE (Su et al., 2021) over the first `config.rotary_dim` dimensions of each head.
+
+    Frequencies by `rope_parameters["rope_type"]`: "default" (θ^(-2i/r)), "linspace" (KVM-paper's (1/θ)^(i/(n-1)))
+    or any of transformers' `ROPE_INIT_FUNCTIONS`.
+    """
 
     def __init__(self, config: ValueArchConfig):
         super().__init__()
@@ -84,9 +135,10 @@ class ValueArchRotaryEmbedding(nn.Module):
         self.max_seq_len_cached = config.max_position_embeddings
         self.original_max_seq_len = config.max_position_embeddings
         self.rope_type = config.rope_parameters["rope_type"]
-        rope_init_fn = (self.compute_default_rope_parameters if self.rope_type == "default"
-                        else ROPE_INIT_FUNCTIONS[self.rope_type])
-        inv_freq, self.attention_scaling = rope_init_fn(config)
+        own_rope_types = {"default": self.compute_default_rope_parameters,
+                          "linspace": self.compute_linspace_rope_parameters}
+        self.rope_init_fn = own_rope_types.get(self.rope_type) or ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = self.rope_init_fn(config)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
 
@@ -97,6 +149,15 @@ class ValueArchRotaryEmbedding(nn.Module):
         dim = config.rotary_dim
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
         return inv_freq, 1.0
+
+    @staticmethod
+    def compute_linspace_rope_parameters(config: ValueArchConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
+        """inv_freq_i = (1/θ)^(i/(n-1)), i < n = rotary_dim / 2: n frequencies from 1 down to 1/θ, both included
+        (KVM-paper `RotaryEmbedding`: `(1 / base) ** linspace(0, 1, n)`, float32). Equal to "default" with
+        θ' = θ^(n/(n-1)) up to float32 rounding; this type gives the paper's float32 values exactly."""
+        base = config.rope_parameters["rope_theta"]
+        steps = config.rotary_dim // 2
+        return (1 / base) ** torch.linspace(0.0, 1.0, steps=steps, dtype=torch.float32, device=device), 1.0
 
     @torch.no_grad()
     @dynamic_rope_update
@@ -148,11 +209,11 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 
 
 def build_head_norm(config: ValueArchConfig) -> nn.Module | None:
-    """Per-head normalisation of q or k (`config.qk_norm`), over the head dimension."""
+    """Per-head normalisation of q or k (`config.qk_norm`, epsilon `qk_norm_eps`), over the head dimension."""
     if config.qk_norm == "rmsnorm":
-        return ValueArchRMSNorm(config.head_dim, eps=config.rms_norm_eps)
+        return ValueArchRMSNorm(config.head_dim, eps=config.qk_norm_eps, weight=config.norm_weights)
     if config.qk_norm == "layernorm":
-        return nn.LayerNorm(config.head_dim, eps=config.rms_norm_eps)
+        return nn.LayerNorm(config.head_dim, eps=config.qk_norm_eps, elementwise_affine=config.norm_weights)
     return None
 
 
@@ -203,6 +264,7 @@ class ValueArchAttention(nn.Module):
         self.o_proj = nn.Linear(q_dim, config.hidden_size, bias=config.attention_bias)
         self.q_norm = build_head_norm(config)
         self.k_norm = build_head_norm(config)
+        self.qk_scale = config.qk_scale  # nanochat: q, k *= 1.2 after the q/k-norm
         self.value_path = build_value_path(config, layer_idx)
         mixer_class = SEQUENCE_MIXERS.get(self.mixer_type)
         self.sequence_mixer = mixer_class(config, layer_idx) if mixer_class is not None else None
@@ -224,6 +286,8 @@ class ValueArchAttention(nn.Module):
         key_states = self.k_proj(hidden_states).view(hidden_shape)  # [B, T, H_kv, D]
         if self.q_norm is not None:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        if self.qk_scale is not None:
+            query_states, key_states = query_states * self.qk_scale, key_states * self.qk_scale
         value_input = hidden_states if value_hidden_states is None else value_hidden_states
         value_states = self.value_path(value_input, self.v_proj, value_context)  # [B, T, H_kv, D]
 
@@ -272,8 +336,8 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
         self.layer_idx = layer_idx
         self.self_attn = ValueArchAttention(config, layer_idx)
         self.mlp = ValueArchMLP(config)
-        self.input_layernorm = ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm = build_norm(config)
+        self.post_attention_layernorm = build_norm(config)
         self.router = build_layer_router(config, layer_idx)
 
     def forward(
@@ -320,17 +384,25 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
 
     def _init_weights(self, module):
+        if isinstance(module, ValueArchRotaryEmbedding):  # our own rope types included (transformers knows "default")
+            inv_freq, _ = module.rope_init_fn(module.config, device=module.inv_freq.device)
+            init.copy_(module.inv_freq, inv_freq)
+            init.copy_(module.original_inv_freq, inv_freq)
+            return
         super()._init_weights(module)
         if hasattr(module, "init_valuearch_weights"):  # mechanism parameters transformers does not know
             module.init_valuearch_weights(init)
 
     def initialize_weights(self):
-        """Initialise as transformers does, then align the BoV value tables this call initialised (neither loaded
-        nor initialised before: transformers' per-module `_is_hf_initialized` flag)."""
+        """Initialise as transformers does (then as nanochat does, with `initialization="nanochat"`), then align
+        the BoV value tables this call initialised (neither loaded nor initialised before: transformers'
+        per-module `_is_hf_initialized` flag, which `init` also respects for the nanochat scheme)."""
         base_model = self if isinstance(self, ValueArchModel) else self.model
         fresh = [i for i, path in value_table_paths(base_model).items()
                  if not getattr(path.value_table, "_is_hf_initialized", False)]
         super().initialize_weights()
+        if self.config.initialization == "nanochat":
+            init_nanochat_weights(self)
         align_value_tables(base_model, layers=fresh)
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
@@ -369,9 +441,11 @@ class ValueArchModel(ValueArchPreTrainedModel):
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        self.embedding_norm = build_norm(config) if config.embedding_norm else None
+        self.smear = EmbeddingSmear(config) if config.smear_gate else None
         self.layers = nn.ModuleList([ValueArchDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.readout = build_readout(config)
-        self.norm = ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = build_norm(config)
         self.rotary_emb = ValueArchRotaryEmbedding(config)
         self.gradient_checkpointing = False
         self.post_init()
@@ -418,8 +492,13 @@ class ValueArchModel(ValueArchPreTrainedModel):
         masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
 
-        value_context = build_value_context(self, input_ids, inputs_embeds)
-        hidden_states, depth_state = self.readout.start(inputs_embeds)
+        hidden_states = inputs_embeds
+        if self.embedding_norm is not None:
+            hidden_states = self.embedding_norm(hidden_states)
+        if self.smear is not None:
+            hidden_states = self.smear(hidden_states, attention_mask, cache)
+        value_context = build_value_context(self, input_ids, hidden_states)
+        hidden_states, depth_state = self.readout.start(hidden_states)
         v1 = None
         for layer in self.layers:
             hidden_states, v1, *depth_state = layer(
@@ -492,6 +571,30 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
             attentions=outputs.attentions,
             **{CACHE_OUTPUT_FIELD: getattr(outputs, CACHE_OUTPUT_FIELD)},
         )
+
+
+def init_nanochat_weights(model: ValueArchPreTrainedModel):
+    """nanochat's initialisation (karpathy/nanochat gpt.py `init_weights`, config.initialization="nanochat"), with
+    s = √3 / √hidden_size: W_Q, W_K, W_V ~ U(±s); up (and gate) projections ~ U(±0.4 s); attention and MLP output
+    projections 0; embeddings ~ N(0, 0.8); an untied LM head ~ N(0, 0.001). Other modules keep their own init;
+    `init` skips weights loaded from a checkpoint."""
+    config = model.config
+    bound = 3**0.5 * config.hidden_size**-0.5
+    for module in model.modules():
+        if isinstance(module, ValueArchAttention):
+            for projection in (module.q_proj, module.k_proj, module.v_proj):  # v_proj is None at BoV table layers
+                if projection is not None:
+                    init.uniform_(projection.weight, -bound, bound)
+            init.zeros_(module.o_proj.weight)
+        elif isinstance(module, ValueArchMLP):
+            for projection in (getattr(module, "gate_proj", None), module.up_proj):
+                if projection is not None:
+                    init.uniform_(projection.weight, -0.4 * bound, 0.4 * bound)
+            init.zeros_(module.down_proj.weight)
+        elif isinstance(module, ValueArchModel):
+            init.normal_(module.embed_tokens.weight, mean=0.0, std=0.8)
+        elif isinstance(module, ValueArchForCausalLM) and not config.tie_word_embeddings:
+            init.normal_(module.lm_head.weight, mean=0.0, std=0.001)
 
 
 # --- value paths: Bank of Values, ResFormer, SATFormer (value_paths.py) -----------------------------------

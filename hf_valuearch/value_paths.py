@@ -33,7 +33,7 @@ from transformers import initialization as init
 
 
 def token_x0(embeddings: torch.Tensor, eps: float) -> torch.Tensor:
-    """x0 = RMSNorm(e), parameter-free, computed in float32 (BoV: `x0 = norm(wte(idx))`). [..., D] -> same."""
+    """x0 = RMSNorm(e), parameter-free, computed in float32 (BoV: `norm(x0)`). [..., D] -> same."""
     x = embeddings.float()
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(embeddings.dtype)
 
@@ -44,7 +44,8 @@ class ValueContext:
     (the layers take and return its tensors positionally, see `ValueArchDecoderLayer`).
 
     token_ids: [B, T] ids of the tokens of this forward (table layers).
-    x0: [B, T, D] = RMSNorm(embeddings), computed once per forward when a layer reads it.
+    x0: [B, T, D] = RMSNorm(decoder input), computed once per forward when a layer reads it; the decoder input is
+        the embeddings, after the backbone's embedding norm and smear where set (BoV's `norm(x0)`).
     v1: [B, T, H_kv, D_head], written by layer 0 when a later layer reads V1.
     """
 
@@ -53,7 +54,7 @@ class ValueContext:
     v1: torch.Tensor | None = None
 
 
-def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> ValueContext:
+def build_value_context(model, input_ids: torch.Tensor | None, decoder_inputs: torch.Tensor) -> ValueContext:
     """The context of one forward of `model` (a `ValueArchModel`; its value tables have a row per vocabulary entry,
     like the embeddings, so the model's check of `input_ids` covers them)."""
     config = model.config
@@ -62,7 +63,7 @@ def build_value_context(model, input_ids: torch.Tensor | None, inputs_embeds: to
             f"value_source='table' (layers {config.value_layer_indices}) looks values up by token id: call the "
             "model with input_ids, not inputs_embeds alone."
         )
-    x0 = token_x0(inputs_embeds, config.rms_norm_eps) if config.value_source == "x0" else None
+    x0 = token_x0(decoder_inputs, config.rms_norm_eps) if config.value_source == "x0" else None
     return ValueContext(token_ids=input_ids, x0=x0)
 
 

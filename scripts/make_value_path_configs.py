@@ -3,9 +3,12 @@ at a tiny size and at the paper's 135M size (d12), plus BoV itself at d12 and Bo
 
     python scripts/make_value_path_configs.py [--out configs/value_paths]
 
-Backbone: nanochat (BoV Table 6, spec_value_paths.md §1.4 / §2.1): vocab 32768, head_dim 128, MLP width 4d with
-ReLU², q/k RMSNorm, logit soft-capping 15, RoPE base 100000, untied embeddings, sequence 2048, window pattern
-SSSL with short window 512 (the last layer always long). File names: <size>_<row>_<variant>.json.
+Backbone: BoV's nanochat (`gpt_base.py`; BoV Table 6, spec_value_paths.md §1.4 / §2.1): vocab 32768, head_dim
+128, MLP width 4d with ReLU², RMSNorm of the embeddings, smear gate, weightless RMSNorms (epsilon: float32's, what
+`F.rms_norm` uses on float32 activations), q/k RMSNorm then ×1.2, logit soft-capping 15, RoPE base 100000, untied
+embeddings, nanochat's initialisation, sequence 2048, window pattern SSSL with nanochat's short window (512, 0),
+i.e. 513 keys (the last layer always long). What still differs: configs/value_paths/README.md.
+File names: <size>_<row>_<variant>.json.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+import torch
 
 # BoV Table 1: row -> (variant name, value-path fields). "last 4" of 12 layers = last third.
 ABLATION_ROWS = {
@@ -40,13 +45,16 @@ BOV = ("bov", dict(model_type="bov"))  # BoV §4 (defaults of the bov preset)
 
 
 def backbone(depth: int, hidden: int, heads: int, vocab: int, window: int, seq: int) -> dict:
+    """nanochat's GPT at this size; `window` is nanochat's left window (window, 0), which attends window + 1 keys."""
     return dict(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=depth,
         num_attention_heads=heads, num_key_value_heads=heads, head_dim=hidden // heads,
-        max_position_embeddings=seq, mlp_activation="relu2", qk_norm="rmsnorm", final_logit_softcapping=15.0,
-        rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, tie_word_embeddings=False,
+        max_position_embeddings=seq, mlp_activation="relu2", qk_norm="rmsnorm", qk_scale=1.2, norm_weights=False,
+        embedding_norm=True, smear_gate=True, initialization="nanochat", rms_norm_eps=torch.finfo(torch.float32).eps,
+        final_logit_softcapping=15.0, rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        tie_word_embeddings=False,
         mixer_types=["full_attention" if i % 4 == 3 or i == depth - 1 else "sliding_attention" for i in range(depth)],
-        sliding_window=window, pad_token_id=None, bos_token_id=None, eos_token_id=None,
+        sliding_window=window + 1, pad_token_id=None, bos_token_id=None, eos_token_id=None,
     )
 
 

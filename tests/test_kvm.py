@@ -246,7 +246,7 @@ def test_decode_and_continuation_equal_prefill(schedule):
 def test_window_covering_the_sequence_equals_full_attention(num_key_value_heads):
     model = tiny_model("kvm", kvm_chunk_size=16, kvm_state_min_slots=16, num_key_value_heads=num_key_value_heads)
     config = ValueArchConfig(**{**TINY, "num_key_value_heads": num_key_value_heads}, qk_norm="layernorm",
-                             partial_rotary_factor=0.5)
+                             qk_norm_eps=model.config.qk_norm_eps, rope_parameters=dict(model.config.rope_parameters))
     full = ValueArchForCausalLM(config).eval()
     missing, unexpected = full.load_state_dict(model.state_dict(), strict=False)
     assert missing == [] and all("sequence_mixer" in key for key in unexpected)
