@@ -57,6 +57,9 @@ class KVMCacheLayer(CacheLayerMixin):
     is_compileable = False
     is_croppable = False
     supports_early_init = False
+    not_croppable = ("KVM layers merge the tokens that leave their window into a compressed state, which cannot be "
+                     "cropped back to fewer tokens; assisted and prompt-lookup decoding need that. Use greedy search, "
+                     "sampling or beam search with KVM models.")
 
     def __init__(self):
         super().__init__()
@@ -85,6 +88,9 @@ class KVMCacheLayer(CacheLayerMixin):
     def reset(self) -> None:
         self.states, self.length = [], 0
 
+    def crop(self, max_length: int) -> None:
+        raise ValueError(self.not_croppable)
+
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if len(self.states) == 1:
             self.states = [self.states[0].select_rows(beam_idx.to(self.states[0].state_keys.device))]
@@ -101,9 +107,8 @@ class KVMCacheLayer(CacheLayerMixin):
 class ValueArchCache(Cache):
     """A `transformers.Cache` with a per-layer cache class (full K/V, sliding-window K/V, keys + token ids, ...).
 
-    `generate` does not build transformers' `DynamicCache` for these models (see
-    `ValueArchPreTrainedModel._supports_default_dynamic_cache`); the model builds this one on the first
-    forward with `use_cache=True` and returns it, as Llama does with `DynamicCache`.
+    `generate` builds it (`ValueArchForCausalLM._prepare_cache_for_generation`), and so does a forward with
+    `use_cache=True` and no cache, as Llama does with `DynamicCache`.
 
     With `config.smear_gate`, `smear_inputs` keeps the pre-smear decoder inputs of all cached positions
     ([B, 1, T, D] as its keys; cropped, reordered and selected with the layers), from which the next step's
@@ -144,6 +149,20 @@ class ValueArchCache(Cache):
         super().batch_select_indices(indices)
         if self.smear_inputs is not None:
             self.smear_inputs.batch_select_indices(indices)
+
+
+def check_cache(config, cache) -> None:
+    """Raise ValueError if `cache` cannot serve the layers of `config`: KVM and BoV table layers keep what only their
+    `ValueArchCache` layers hold (a state; token ids instead of values); other layers also take transformers' caches."""
+    if cache is None or isinstance(cache, ValueArchCache):
+        return
+    own_layers = [i for i, mixer in enumerate(config.mixer_types) if mixer == "kvm" or caches_token_ids(config, i)]
+    if own_layers or config.smear_gate:
+        needs = f"layers {own_layers} (KVM state / BoV token ids)" if own_layers else "smear_gate (smear inputs)"
+        raise ValueError(
+            f"{needs} need a ValueArchCache, got {type(cache).__name__}; "
+            "pass no cache (the model builds its ValueArchCache) or ValueArchCache(config)."
+        )
 
 
 TOKEN_ID_BYTES = 8  # table layers cache int64 token ids

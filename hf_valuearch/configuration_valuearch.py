@@ -29,6 +29,7 @@ KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
 INITIALIZATIONS = ("normal", "nanochat")
+ROPE_TABLE_DTYPES = ("bfloat16",)
 
 
 def _fail(field: str, value, allowed: str):
@@ -72,7 +73,10 @@ class ValueArchConfig(PreTrainedConfig):
         mlp_activation: "swiglu" (Llama) or "relu2" (`down(relu(up(x))^2)`, nanochat / KVM backbone).
         final_logit_softcapping: if set to c, logits become `c * tanh(logits / c)` (nanochat: 15).
         rope_parameters["partial_rotary_factor"]: fraction of each head's dimensions that RoPE rotates
-            (the first ones); the rest carry no position (KVM: 0.5).
+            (the first ones); the rest carry no position (KVM: 0.5). rope_type "linspace": KVM-paper's
+            frequencies (1/θ)^linspace(0, 1, n).
+        rope_table_dtype: None, or "bfloat16" to round the cos/sin tables to bf16 before use, whatever the
+            activations' dtype (KVM-paper's RotaryEmbedding does, so its checkpoints load exactly).
 
     Axes:
         value_source: where attention values come from at the layers in `value_layers` (spec_value_paths.md):
@@ -137,6 +141,7 @@ class ValueArchConfig(PreTrainedConfig):
     embedding_norm: bool = False
     smear_gate: bool = False
     initialization: str = "normal"
+    rope_table_dtype: str | None = None
     mlp_activation: str = "swiglu"
     final_logit_softcapping: float | None = None
     # --- axis 1: value path ---
@@ -182,6 +187,12 @@ class ValueArchConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.validate_valuearch()
 
+    def validate(self):
+        """transformers' checks, then `validate_valuearch`; `save_pretrained` calls this, so a field changed after
+        construction is checked before it is saved."""
+        super().validate()
+        self.validate_valuearch()
+
     def _validate_linspace_rope_parameters(self, rope_parameters: dict, ignore_keys: set | None = None):
         """rope_type "linspace" (KVM-paper frequencies, `ValueArchRotaryEmbedding`) takes the keys of "default"."""
         self._validate_default_rope_parameters(rope_parameters, ignore_keys=ignore_keys)
@@ -222,6 +233,8 @@ class ValueArchConfig(PreTrainedConfig):
         if self.smear_gate and self.hidden_size < 24:
             _fail("smear_gate", True, f"its gate reads the first 24 channels; hidden_size={self.hidden_size} is smaller")
         _check_choice("initialization", self.initialization, INITIALIZATIONS)
+        if self.rope_table_dtype is not None:
+            _check_choice("rope_table_dtype", self.rope_table_dtype, ROPE_TABLE_DTYPES)
         _check_choice("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         if self.final_logit_softcapping is not None:
             _check_float("final_logit_softcapping", self.final_logit_softcapping, 0.0, strictly=True)
@@ -415,9 +428,9 @@ class SatFormerConfig(ValueArchConfig):
     tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
 
 
-# ==================================================================================================
+# ===========================================================================================
 # KVM: Key-Value Means (Goldstein & Cheah, arXiv:2605.09877; spec_kvm.md)
-# ==================================================================================================
+# ===========================================================================================
 
 
 class KvmConfig(ValueArchConfig):

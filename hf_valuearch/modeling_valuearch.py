@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationMixin, GenerationMode
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -32,7 +32,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .cache_valuearch import ValueArchCache
+from .cache_valuearch import KVMCacheLayer, ValueArchCache, check_cache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
 from .configuration_valuearch import (
     AttnResConfig,
@@ -141,6 +141,7 @@ class ValueArchRotaryEmbedding(nn.Module):
         inv_freq, self.attention_scaling = self.rope_init_fn(config)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+        self.table_dtype = getattr(torch, config.rope_table_dtype) if config.rope_table_dtype else None
 
     @staticmethod
     def compute_default_rope_parameters(config: ValueArchConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
@@ -166,6 +167,8 @@ class ValueArchRotaryEmbedding(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, rotary_dim]
         cos = emb.cos() * self.attention_scaling
         sin = emb.sin() * self.attention_scaling
+        if self.table_dtype is not None:  # rounded as the tables of the checkpoint's training code were
+            cos, sin = cos.to(self.table_dtype), sin.to(self.table_dtype)
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
@@ -411,11 +414,6 @@ class ValueArchPreTrainedModel(PreTrainedModel):
         resize_value_tables(self if isinstance(self, ValueArchModel) else self.model, embeddings.num_embeddings)
         return embeddings
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        # Our cache has a per-layer class (see cache_valuearch.py); the base model builds it itself.
-        return False
-
     def valuearch_diagnostics(self) -> dict[str, dict]:
         """Every mechanism's diagnostics, `{module name: module.diagnostics()}`.
 
@@ -482,6 +480,10 @@ class ValueArchModel(ValueArchPreTrainedModel):
                 )
             inputs_embeds = self.embed_tokens(input_ids)
 
+        if kwargs.get("output_attentions", self.config.output_attentions) and "kvm" in self.config.mixer_types:
+            raise ValueError("output_attentions=True: KVM layers attend over a compressed state and have no "
+                             "per-token attention weights to return; call without output_attentions.")
+        check_cache(self.config, cache)
         if use_cache and cache is None:
             cache = ValueArchCache(self.config)
         if position_ids is None:
@@ -530,6 +532,26 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, generation_mode,
+                                      batch_size: int, max_cache_length: int) -> None:
+        """`generate`'s hook for building the cache: ours is a `ValueArchCache` (per-layer cache classes that
+        `DynamicCache` cannot express), croppable for assisted decoding except in KVM layers."""
+        implementation = generation_config.cache_implementation
+        if implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"cache_implementation={implementation!r} is not supported by {type(self).__name__}: it generates "
+                "with its own ValueArchCache (per-layer cache classes); leave cache_implementation unset."
+            )
+        if generation_mode == GenerationMode.ASSISTED_GENERATION and "kvm" in self.config.mixer_types:
+            raise ValueError(KVMCacheLayer.not_croppable)
+        if model_kwargs.get(CACHE_OUTPUT_FIELD) is not None or generation_config.use_cache is False:
+            return super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode,
+                                                         batch_size, max_cache_length)
+        cache = ValueArchCache(self.config)
+        if generation_config.is_assistant:  # the assistant's drafts are cropped after verification
+            cache.activate_past_recording()
+        model_kwargs[CACHE_OUTPUT_FIELD] = cache
 
     @can_return_tuple
     def forward(

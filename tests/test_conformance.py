@@ -1,14 +1,23 @@
 """Every registered model type behaves as a first-class transformers model (issue 8): gradients under both
-gradient-checkpointing modes, weight init and vocabulary resizing, no parameter without a gradient (DDP).
+gradient-checkpointing modes, DDP, weight init and vocabulary resizing, the cache `generate` builds (assisted and
+prompt-lookup decoding), clear errors.
 
 Shapes are those of transformers' common model tests: vocab 99, hidden 32, intermediate 37, 2 layers, 4 heads,
 2 KV heads; KVM layers get a window of one 4-token chunk, so that 9 tokens already merge into their state.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from hf_valuearch import MODEL_TYPES
+from hf_valuearch.cache_valuearch import ValueArchCache
+from hf_valuearch.compat import output_cache
 from hf_valuearch.value_paths import token_x0, value_table_paths
 
 ALL_TYPES = sorted(MODEL_TYPES)
@@ -58,6 +67,18 @@ def test_gradient_checkpointing_gives_the_same_gradients(model_type, use_reentra
     for name, grad in expected.items():
         assert checkpointed[name] is not None, name
         torch.testing.assert_close(checkpointed[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_ddp_with_gradient_checkpointing_trains_every_model_type_as_one_process_does():
+    """2 CPU processes (gloo), find_unused_parameters=False, both use_reentrant values: tests/ddp_worker.py."""
+    worker = Path(__file__).with_name("ddp_worker.py")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.stdout.count("ddp ok") == len(MODEL_TYPES)
 
 
 # --- initialisation and resizing ------------------------------------------------------------------------------
@@ -115,3 +136,71 @@ def test_resized_value_tables_align_new_rows_and_keep_old_ones():
     model.resize_token_embeddings(40)
     for layer_idx, path in paths.items():
         assert torch.equal(path.value_table.weight, old[layer_idx][:40])
+
+
+# --- generation: the cache generate builds, assisted decoding -------------------------------------------------
+
+
+def greedy(model, ids, **kwargs):
+    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                          pad_token_id=0, **kwargs)
+
+
+@pytest.mark.parametrize("model_type", [t for t in ALL_TYPES if t != "kvm"])
+def test_assisted_and_prompt_lookup_decoding_equal_greedy(model_type):
+    model = conformance_model(model_type).eval()
+    assistant = conformance_model(model_type, seed=1).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])  # repeats: prompt lookup proposes drafts
+    expected = greedy(model, ids)
+    assert torch.equal(greedy(model, ids, assistant_model=assistant), expected)
+    assert torch.equal(greedy(model, ids, prompt_lookup_num_tokens=3), expected)
+
+
+def test_kvm_refuses_assisted_decoding_and_cropping_clearly():
+    model = conformance_model("kvm").eval()
+    ids = conformance_ids(1)
+    with pytest.raises(ValueError, match="cannot be cropped"):
+        greedy(model, ids, prompt_lookup_num_tokens=3)
+    with pytest.raises(ValueError, match="cannot be cropped"):
+        greedy(model, ids, assistant_model=conformance_model("kvm", seed=1))
+    cache = output_cache(model(ids, use_cache=True))
+    with pytest.raises(ValueError, match="cannot be cropped"):
+        cache.crop(4)
+
+
+# --- clear errors ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_generate_builds_a_value_arch_cache_and_refuses_static_caches(model_type):
+    model = conformance_model(model_type).eval()
+    ids = conformance_ids(1)
+    out = model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+    assert isinstance(output_cache(out), ValueArchCache)
+    with pytest.raises(ValueError, match="cache_implementation='static' is not supported"):
+        model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0, cache_implementation="static")
+
+
+@pytest.mark.parametrize("model_type", ["kvm", "bov"])
+def test_foreign_cache_is_refused_naming_value_arch_cache(model_type):
+    model = conformance_model(model_type).eval()
+    with pytest.raises(ValueError, match="need a ValueArchCache, got DynamicCache"):
+        model(conformance_ids(), cache=DynamicCache(), use_cache=True)
+
+
+def test_kvm_refuses_output_attentions():
+    model = conformance_model("kvm", mixer_types=["full_attention", "kvm"]).eval()
+    model.set_attn_implementation("eager")
+    with pytest.raises(ValueError, match="output_attentions=True: KVM layers"):
+        model(conformance_ids(), output_attentions=True)
+
+
+def test_invalid_field_set_after_construction_fails_at_save_pretrained(tmp_path):
+    config = conformance_config("valuearch")
+    config.sliding_window = 2  # no sliding layer
+    with pytest.raises(ValueError, match="sliding_window"):
+        config.save_pretrained(tmp_path)
+    model = conformance_model("valuearch")
+    model.config.sliding_window = 2
+    with pytest.raises(ValueError, match="sliding_window"):
+        model.save_pretrained(tmp_path)
