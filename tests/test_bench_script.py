@@ -27,6 +27,11 @@ def test_ratios_to_llama_and_parent_are_speed_ratios():
         row("inference", "llama", "prefill s", 2.0, "s", False),
         row("inference", "valuearch", "prefill s", 4.0, "s", False),
         row("memory", "bov", "cache bytes measured / formula", 1.0, "x", True),
+        row("inference", "kvm", "decode tokens/s (1024 context)", 10.0, "tokens/s", True),  # not the kvm suite's
+        row("kvm", bench["KVM"], "decode tokens/s (1024 context)", 50.0, "tokens/s", True),
+        row("kvm", bench["KVM"], "decode tokens/s (16384 context)", 48.0, "tokens/s", True),
+        row("kvm", bench["FULL"], "layer prefill s (16384 tokens)", 10.0, "s", False),
+        row("kvm", bench["KVM"], "layer prefill s (16384 tokens)", 2.0, "s", False),
     ])
     by_name = {(r["metric"], r["candidate"]): r for r in rows}
     assert by_name[("training tokens/s", "rd_attnres")]["ratio_to_llama"] == pytest.approx(0.57)
@@ -40,6 +45,9 @@ def test_ratios_to_llama_and_parent_are_speed_ratios():
     assert targets["Block AttnRes / standard training tokens/s"]["met"] is False  # 0.8
     assert targets["RD-AttnRes / Block AttnRes training tokens/s"]["ratio"] == pytest.approx(0.75)
     assert targets["BoV cache bytes, measured / formula"]["met"] is True
-    assert targets["KVM decode tokens/s, 16k / 1k context"]["met"] is None  # its suite did not run
+    assert targets["KVM decode tokens/s, 16k / 1k context"]["ratio"] == pytest.approx(0.96)
+    assert targets["KVM layer prefill speed-up over full attention, 16k"]["ratio"] == pytest.approx(5.0)
+    assert by_name[("layer prefill s (16384 tokens)", bench["KVM"])]["ratio_to_parent"] == pytest.approx(5.0)
+    assert targets["KVM layer prefill speed-up over full attention, 1k"]["met"] is None  # not measured
     assert "| Block AttnRes / standard training tokens/s | 0.8 | >= 0.9 | **no** |" in bench["markdown"](
         rows, list(targets.values()))
