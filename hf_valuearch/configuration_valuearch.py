@@ -95,7 +95,8 @@ class ValueArchConfig(PreTrainedConfig):
             Attention Residuals) or "rd_attnres" (Role-Decoupled AttnRes); see depth_routing.py.
         attnres_block_size: (block_attnres, rd_attnres) sublayers per block; an attention or MLP sublayer
             counts as one, so 1 is Full AttnRes.
-        value_route: (rd_attnres) the V-route query: "learned", "tied", "average" or "frozen".
+        value_route: (rd_attnres) the V route: "learned" (its own query), "tied" (the Q/K route: Block AttnRes),
+            "average" (both routes run, ½(h_QK + h_V) feeds Q, K and V) or "frozen" (a uniform mean).
         mixer_types: per layer, "full_attention", "sliding_attention" (window `sliding_window`) or "kvm"
             (Key-Value Means, fields `kvm_*`, see `kvm.py`).
     """
