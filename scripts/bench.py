@@ -42,9 +42,10 @@ from hf_valuearch.compat import output_cache  # noqa: E402
 
 SUITES: dict[str, Callable[[argparse.Namespace], list[dict]]] = {}
 FULL, KVM = "full attention", "kvm fixed-256"  # the two candidates of the kvm suite
+LAZY_BOV = "bov, lazy_adamw tables"  # BoV with table_optimizer="lazy_adamw" (training suite)
 # the architecture each candidate modifies (its ratio "to parent"); the standard decoder's parent is Llama
 PARENTS = {"bov": "valuearch", "resformer": "valuearch", "satformer": "valuearch", "attnres": "valuearch",
-           "rd_attnres": "attnres", "kvm": "valuearch", KVM: FULL}
+           "rd_attnres": "attnres", "kvm": "valuearch", KVM: FULL, LAZY_BOV: "bov"}
 # The issue-13 measurement backbone: d256, 6 layers, vocab 8192, 4 heads of 64.
 BACKBONE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=6, num_attention_heads=4,
                 num_key_value_heads=4, max_position_embeddings=32768)
@@ -155,6 +156,8 @@ def bench_training(args) -> list[dict]:
     for name in candidates_of(args):
         models[name] = build_model(name, args, **BACKBONE).train()
         steps[name] = training_step(models[name], ids, args.device)
+    models[LAZY_BOV] = build_model("bov", args, **BACKBONE).train()
+    steps[LAZY_BOV] = training_step(models[LAZY_BOV], ids, args.device, lazy_tables=True)
     if args.compile:
         for name in candidates_of(args):
             compiled = torch.compile(models[name])
@@ -178,8 +181,15 @@ def bench_training(args) -> list[dict]:
     return rows
 
 
-def training_step(model, ids, device):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def training_step(model, ids, device, lazy_tables: bool = False):
+    """One AdamW step on `ids`; with `lazy_tables`, BoV's value tables take `LazyRowAdamW` (only the batch's rows)."""
+    from hf_valuearch.training.optim import CombinedOptimizer, LazyRowAdamW
+
+    tables = [p for name, p in model.named_parameters() if lazy_tables and name.endswith("value_table.weight")]
+    others = [p for p in model.parameters() if all(p is not table for table in tables)]
+    optimizer = torch.optim.AdamW(others, lr=1e-4)
+    if tables:
+        optimizer = CombinedOptimizer([optimizer, LazyRowAdamW(tables, lr=1e-4)])
 
     def step():
         model(ids, labels=ids).loss.backward()
@@ -430,6 +440,8 @@ def targets(rows: list[dict]) -> list[dict]:
         ("standard / Llama training tokens/s", speed_ratio("training tokens/s", "valuearch", "llama"), 0.95),
         ("standard / Llama decode tokens/s", speed_ratio("decode tokens/s", "valuearch", "llama"), 0.95),
         ("BoV / standard training tokens/s", speed_ratio("training tokens/s", "bov", "valuearch"), 1.0),
+        ("BoV with lazy_adamw tables / standard training tokens/s",
+         speed_ratio("training tokens/s", LAZY_BOV, "valuearch"), 1.0),
         ("ResFormer / standard training tokens/s", speed_ratio("training tokens/s", "resformer", "valuearch"), 0.95),
         ("SATFormer / standard training tokens/s", speed_ratio("training tokens/s", "satformer", "valuearch"), 0.95),
         ("Block AttnRes / standard training tokens/s", speed_ratio("training tokens/s", "attnres", "valuearch"),
