@@ -5,6 +5,10 @@ and marks the classes for remote code, so `save_pretrained` writes the modeling 
 `auto_map` next to the weights.
 """
 
+import importlib.abc
+import importlib.util
+import sys
+
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .configuration_valuearch import (
@@ -57,8 +61,47 @@ for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
     _model_class.register_for_auto_class("AutoModel")
     _lm_class.register_for_auto_class("AutoModelForCausalLM")
 
+# --- PEFT: LoRA's default target modules for every model type, as PEFT has them for Llama ------------------
+LORA_TARGET_MODULES = ["q_proj", "v_proj"]  # peft TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
+
+
+def register_lora_defaults(mapping: dict) -> None:
+    """Add every model type to PEFT's `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`."""
+    for model_type in MODEL_TYPES:
+        mapping.setdefault(model_type, list(LORA_TARGET_MODULES))
+
+
+class RegisterLoraDefaultsOnPeftImport(importlib.abc.MetaPathFinder):
+    """Registers the LoRA defaults when peft loads its constants module, so that `import hf_valuearch` never
+    imports peft (about 5 s) and `LoraConfig()` without target_modules works whichever is imported first."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "peft.utils.constants":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)  # the regular finders, now that this one is gone
+        exec_module = spec.loader.exec_module
+
+        def exec_and_register(module):
+            exec_module(module)
+            register_lora_defaults(module.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
+
+        spec.loader.exec_module = exec_and_register
+        return spec
+
+
+if "peft.utils.constants" in sys.modules:
+    register_lora_defaults(sys.modules["peft.utils.constants"].TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
+else:
+    sys.meta_path.insert(0, RegisterLoraDefaultsOnPeftImport())
+
+# `model.push_to_hub(repo_id)` uploads this package's model card instead of transformers' blank template.
+from .cards.hub import push_model_to_hub  # noqa: E402 (cards read MODEL_TYPES)
+
+ValueArchPreTrainedModel.push_to_hub = push_model_to_hub
+
 __all__ = [
-    "MODEL_TYPES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel",
+    "MODEL_TYPES", "LORA_TARGET_MODULES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel",
     "BovConfig", "BovModel", "BovForCausalLM", "ResFormerConfig", "ResFormerModel", "ResFormerForCausalLM",
     "SatFormerConfig", "SatFormerModel", "SatFormerForCausalLM", "force_v1_gates", "place_value_tables",
     "AttnResConfig", "AttnResModel", "AttnResForCausalLM", "RdAttnResConfig", "RdAttnResModel", "RdAttnResForCausalLM",

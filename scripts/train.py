@@ -9,6 +9,8 @@ Without --tokenizer, a byte-level BPE of the config's vocab_size is trained on t
 Rerunning the same command resumes from the last complete checkpoint in --output_dir; Ctrl-C saves one.
 Any other `--name value` pair is passed to `TrainingArguments` (e.g. --learning_rate 3e-4 --report_to
 tensorboard), overriding the defaults below.
+`--push_to_hub true [--hub_model_id ORG/NAME]` uploads OUTPUT_DIR/final with its model card at the end; the Hub
+access (token, network) is checked before training starts.
 """
 
 import argparse

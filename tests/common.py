@@ -39,6 +39,22 @@ def tiny_model(model_type: str = "valuearch", seed: int = 0, **overrides):
     return MODEL_TYPES[model_type][2](tiny_config(model_type, **overrides)).eval()
 
 
+def save_tiny_checkpoint(folder, model_type: str = "valuearch", **overrides):
+    """A tiny model of `model_type` saved with a byte-level BPE tokenizer (300 tokens) in `folder`, as
+    scripts/train.py leaves OUTPUT_DIR/final (without the card); returns the model."""
+    from hf_valuearch.training import train_tokenizer
+
+    words = "the value of a token bank layer attention residual depth state window query key mean sum".split()
+    texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(20)) for i in range(50)]
+    tokenizer = train_tokenizer(texts, vocab_size=300)
+    model = tiny_model(model_type, **{**dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1),
+                                      **overrides})
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model
+
+
 def random_ids(batch: int, length: int, vocab: int = TINY["vocab_size"], seed: int = 1) -> torch.Tensor:
     """Token ids that avoid the special ids 0-2."""
     generator = torch.Generator().manual_seed(seed)

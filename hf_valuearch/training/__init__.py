@@ -27,11 +27,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
+from ..cards.hub import check_hub_access, upload_checkpoint
 from .accounting import flops_per_token, parameter_split
 from .data import DEFAULT_CORPUS, HeldOutBlocks, PackedStream, training_texts
 from .optim import OptimizerRecipe, build_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
+# TrainingArguments' Hub options, handled here: the access check runs before any work, and the final folder is
+# uploaded with its model card (Trainer's own push would fail late, after a long traceback, with a blank card).
+HUB_ARGUMENTS = ("push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_revision")
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: the configs' pad/bos/eos defaults
 TOKENIZER_SAMPLE_CHARS = 20_000_000  # the BPE is trained on at most this many characters of the corpus
 TOKENIZER_RECORD = "valuearch_tokenizer.json"  # which corpus and vocabulary size a saved tokenizer was trained for
@@ -268,8 +272,13 @@ def pretrain(
     """Pretrain a model from scratch and save it with its tokenizer; returns the final metrics.
 
     Settings come from the command line, else the config file's "training" recipe, else the script's defaults:
-    `optimizer` holds `OptimizerRecipe` fields; one budget of max_steps / tokens / flops sets the steps."""
+    `optimizer` holds `OptimizerRecipe` fields; one budget of max_steps / tokens / flops sets the steps.
+    With `push_to_hub=True` the final folder is uploaded to `hub_model_id` (default: the output directory's name);
+    the Hub must be reachable with a token before training starts (else `HubUnavailable`)."""
     output = Path(output_dir)
+    hub = {key: training_arguments.pop(key) for key in HUB_ARGUMENTS if key in training_arguments}
+    if hub.get("push_to_hub"):
+        hub["hub_token"] = check_hub_access(hub.get("hub_token"))
     config = load_config(config_spec, overrides)  # a bad config fails before any work
     _, preset = read_config_file(config_spec)
     try:
@@ -327,9 +336,12 @@ def pretrain(
     trainer.save_model(str(staging))
     if args.should_save:
         tokenizer.save_pretrained(staging)
-        write_model_card(model, staging, metrics)
-        (staging / "training_metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+        write_model_card(staging, training=metrics)
         replace_directory(staging, final)
         print(f"final model and tokenizer: {final}")
+        if hub.get("push_to_hub"):
+            metrics["hub_commit"] = upload_checkpoint(final, hub.get("hub_model_id") or output.resolve().name,
+                                                      private=hub.get("hub_private_repo"),
+                                                      revision=hub.get("hub_revision"), token=hub["hub_token"])
     trainer.accelerator.wait_for_everyone()
     return metrics
