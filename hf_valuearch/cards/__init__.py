@@ -6,23 +6,10 @@ import json
 from pathlib import Path
 
 import torch
-from .. import MODEL_TYPES
+
+from .. import MODEL_TYPES, PRESETS
 
 TRAINING_RECORD = "training_metrics.json"  # what the run that wrote the checkpoint reports (metrics, steps, data)
-
-# model_type -> the papers a card cites. Architectures add theirs.
-PAPERS: dict[str, list[str]] = {
-    "valuearch": ["the standard pre-norm decoder of Llama (arXiv:2302.13971), as a baseline"],
-    # value paths
-    "bov": ["Bank of Values: per-layer token-id value tables in the last third of the layers (arXiv:2606.02780)"],
-    "resformer": ["ResFormer value residual learning, V' = lambda_1 V_1 + lambda_2 V (arXiv:2410.17897)"],
-    "satformer": ["SATFormer selective access to early representations, V' = V + ReLU(h W_alpha) V_1 "
-                  "(arXiv:2605.03953)"],
-    # sequence mixers
-    "kvm": ["Key-Value Means: a block sliding window plus a compressed, growable state of key/value sums "
-            "(arXiv:2605.09877)"],
-}
-
 
 def load_config(directory: Path):
     """The config saved in `directory`, as the class of its model type."""
@@ -58,6 +45,7 @@ def render_model_card(directory: str | Path, repo_id: str | None = None) -> str:
         model = MODEL_TYPES[config.model_type][2](config)
     parameters = sum(p.numel() for p in model.parameters())
     mixers = sorted(set(config.mixer_types))
+    preset = PRESETS[config.model_type]
     record = directory / TRAINING_RECORD
     metrics = json.loads(record.read_text()) if record.is_file() else None
     lines = [
@@ -69,8 +57,8 @@ def render_model_card(directory: str | Path, repo_id: str | None = None) -> str:
         "",
         f"# {config.model_type} ({parameters / 1e6:.1f}M parameters)",
         "",
-        "Built with hf_valuearch, which implements "
-        + "; ".join(PAPERS.get(config.model_type, PAPERS["valuearch"])) + ".",
+        f"Built with hf_valuearch, which implements {preset.mechanism} ({preset.paper.title}, "
+        f"[arXiv:{preset.paper.arxiv}]({preset.paper.url})). {preset.summary}",
         "",
         "| field | value |",
         "|---|---|",
@@ -86,6 +74,12 @@ def render_model_card(directory: str | Path, repo_id: str | None = None) -> str:
         "## Usage",
         "",
         usage_snippet(repo_id or str(directory)),
+        "",
+        "## Citation",
+        "",
+        "```bibtex",
+        preset.paper.citation,
+        "```",
     ]
     if metrics:
         lines += ["", "## Training metrics", "", "```json", json.dumps(metrics, indent=2, default=str), "```"]
