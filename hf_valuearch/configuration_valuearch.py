@@ -29,6 +29,7 @@ KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
 INITIALIZATIONS = ("normal", "nanochat")
+ROPE_TABLE_DTYPES = ("bfloat16",)
 
 
 def _fail(field: str, value, allowed: str):
@@ -72,7 +73,10 @@ class ValueArchConfig(PreTrainedConfig):
         mlp_activation: "swiglu" (Llama) or "relu2" (`down(relu(up(x))^2)`, nanochat / KVM backbone).
         final_logit_softcapping: if set to c, logits become `c * tanh(logits / c)` (nanochat: 15).
         rope_parameters["partial_rotary_factor"]: fraction of each head's dimensions that RoPE rotates
-            (the first ones); the rest carry no position (KVM: 0.5).
+            (the first ones); the rest carry no position (KVM: 0.5). rope_type "linspace": KVM-paper's
+            frequencies (1/θ)^linspace(0, 1, n).
+        rope_table_dtype: None, or "bfloat16" to round the cos/sin tables to bf16 before use, whatever the
+            activations' dtype (KVM-paper's RotaryEmbedding does, so its checkpoints load exactly).
 
     Axes:
         value_source: where attention values come from at the layers in `value_layers` (spec_value_paths.md):
@@ -91,7 +95,8 @@ class ValueArchConfig(PreTrainedConfig):
             Attention Residuals) or "rd_attnres" (Role-Decoupled AttnRes); see depth_routing.py.
         attnres_block_size: (block_attnres, rd_attnres) sublayers per block; an attention or MLP sublayer
             counts as one, so 1 is Full AttnRes.
-        value_route: (rd_attnres) the V-route query: "learned", "tied", "average" or "frozen".
+        value_route: (rd_attnres) the V route: "learned" (its own query), "tied" (the Q/K route: Block AttnRes),
+            "average" (both routes run, ½(h_QK + h_V) feeds Q, K and V) or "frozen" (a uniform mean).
         mixer_types: per layer, "full_attention", "sliding_attention" (window `sliding_window`) or "kvm"
             (Key-Value Means, fields `kvm_*`, see `kvm.py`).
     """
@@ -137,6 +142,7 @@ class ValueArchConfig(PreTrainedConfig):
     embedding_norm: bool = False
     smear_gate: bool = False
     initialization: str = "normal"
+    rope_table_dtype: str | None = None
     mlp_activation: str = "swiglu"
     final_logit_softcapping: float | None = None
     # --- axis 1: value path ---
@@ -228,6 +234,8 @@ class ValueArchConfig(PreTrainedConfig):
         if self.smear_gate and self.hidden_size < 24:
             _fail("smear_gate", True, f"its gate reads the first 24 channels; hidden_size={self.hidden_size} is smaller")
         _check_choice("initialization", self.initialization, INITIALIZATIONS)
+        if self.rope_table_dtype is not None:
+            _check_choice("rope_table_dtype", self.rope_table_dtype, ROPE_TABLE_DTYPES)
         _check_choice("mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         if self.final_logit_softcapping is not None:
             _check_float("final_logit_softcapping", self.final_logit_softcapping, 0.0, strictly=True)

@@ -146,13 +146,27 @@ def depth_read(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.M
     Returns the normalised mixtures (a list of k, or 1, [B, T, D] in the values' dtype) and the depth weights
     α [n, B, T, k] (float32 or float64, detached).
     """
-    compute_dtype = torch.promote_types(values[0].dtype, torch.float32)
-    folded = queries.to(compute_dtype) * key_norm.weight.to(compute_dtype)  # [k, D]
-    norm_weight = norm.weight if norm.weight is not None else values[0].new_ones(values[0].shape[-1])
+    # the values' device: with a device map, the final read's module may sit elsewhere than the last layer
+    device, compute_dtype = values[0].device, torch.promote_types(values[0].dtype, torch.float32)
+    folded = queries.to(device, compute_dtype) * key_norm.weight.to(device, compute_dtype)  # [k, D]
+    norm_weight = norm.weight.to(device) if norm.weight is not None else values[0].new_ones(values[0].shape[-1])
+    if torch.compiler.is_compiling():  # the compiler fuses the formula itself (and dynamo cannot trace the Function)
+        return _traced_depth_read(values, folded, key_norm.eps, norm_weight, norm.variance_epsilon, average_mixtures)
     *outputs, alpha = _DepthSoftmaxMixNorm.apply(
         folded, key_norm.eps, norm_weight, norm.variance_epsilon, average_mixtures, *values
     )
     return outputs, alpha
+
+
+def _traced_depth_read(values, queries, eps: float, norm_weight, norm_eps: float, average_mixtures: bool):
+    """`_DepthSoftmaxMixNorm`'s forward in plain autograd ops, for torch.compile and torch.export."""
+    stacked = torch.stack(values).to(queries.dtype)  # [n, B, T, D]
+    keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + eps)
+    alpha = torch.softmax(keys @ queries.T, dim=0)  # [n, B, T, k]
+    weights = alpha.mean(-1, keepdim=True) if average_mixtures else alpha
+    mixed = torch.einsum("nbtk,nbtd->kbtd", weights, stacked)  # [k_out, B, T, D]
+    normalised = (mixed * torch.rsqrt(mixed.pow(2).mean(-1, keepdim=True) + norm_eps)).to(values[0].dtype)
+    return [norm_weight * normalised_q for normalised_q in normalised], alpha.detach()
 
 
 # --- standard residual ---------------------------------------------------------------------------------

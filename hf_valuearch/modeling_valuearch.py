@@ -141,6 +141,7 @@ class ValueArchRotaryEmbedding(nn.Module):
         inv_freq, self.attention_scaling = self.rope_init_fn(config)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+        self.table_dtype = getattr(torch, config.rope_table_dtype) if config.rope_table_dtype else None
 
     @staticmethod
     def compute_default_rope_parameters(config: ValueArchConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
@@ -166,6 +167,8 @@ class ValueArchRotaryEmbedding(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, rotary_dim]
         cos = emb.cos() * self.attention_scaling
         sin = emb.sin() * self.attention_scaling
+        if self.table_dtype is not None:  # rounded as the tables of the checkpoint's training code were
+            cos, sin = cos.to(self.table_dtype), sin.to(self.table_dtype)
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
@@ -376,11 +379,12 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ValueArchDecoderLayer"]
+    _skip_keys_device_placement = [CACHE_OUTPUT_FIELD]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
+    _can_compile_fullgraph = True  # torch.compile(fullgraph=True) and torch.export trace every forward (KVM: see below)
     _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
 
     def _init_weights(self, module):
@@ -470,7 +474,8 @@ class ValueArchModel(ValueArchPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("ValueArchModel.forward needs exactly one of input_ids or inputs_embeds.")
         if input_ids is not None:
-            if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            # one host sync in eager mode; not while torch.compile / torch.export trace (a data-dependent branch)
+            if not torch.compiler.is_compiling() and ((input_ids < 0) | (input_ids >= self.config.vocab_size)).any():
                 raise ValueError(
                     f"input_ids must lie in [0, vocab_size={self.config.vocab_size}); got values in "
                     f"[{int(input_ids.min())}, {int(input_ids.max())}]."
@@ -522,6 +527,7 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    _fsdp_plan = {"lm_head": "keep_full_weight"}
 
     def __init__(self, config: ValueArchConfig):
         super().__init__(config)
@@ -653,11 +659,14 @@ class SatFormerForCausalLM(ValueArchForCausalLM):
 
 class KvmModel(ValueArchModel):
     config_class = KvmConfig
+    # Unpadded batches trace in one graph; padded ones run each sequence on its own tokens (a data-dependent split).
+    _can_compile_fullgraph = False
 
 
 class KvmForCausalLM(ValueArchForCausalLM):
     config_class = KvmConfig
     base_model_class = KvmModel
+    _can_compile_fullgraph = False
 
 
 # --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------

@@ -43,8 +43,22 @@ def main(argv=None):
     parser.add_argument("--tokenizer", default=None, help="local tokenizer directory (default: train one)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a config field (VALUE parsed as JSON), repeatable")
-    parser.add_argument("--block_size", type=int, default=256, help="tokens per training sequence")
-    parser.add_argument("--max_steps", type=int, default=200)
+    parser.add_argument("--block_size", type=int, default=None,
+                        help="tokens per training sequence (default: the preset's, else min(256, max positions))")
+    budget = parser.add_argument_group("budget (one of them; default: the preset's, else 200 steps)")
+    budget.add_argument("--max_steps", type=int, default=None)
+    budget.add_argument("--tokens", type=float, default=None, help="training tokens, e.g. 2e9")
+    budget.add_argument("--flops", type=float, default=None,
+                        help="training FLOPs, e.g. 1.5e18 (6N without table lookups, plus attention)")
+    optim = parser.add_argument_group("optimizer (default: the preset's recipe, else AdamW with linear decay)")
+    optim.add_argument("--optimizer", choices=["adamw", "muon"], default=None,
+                       help="muon: Muon for the layers' matrices, AdamW for the rest")
+    optim.add_argument("--group_lr", action="append", default=[], metavar="GROUP=LR",
+                       help="learning rate of one parameter group (matrices, embeddings, head, value_tables, "
+                            "scalars, routing, gates, norms), repeatable")
+    optim.add_argument("--warmdown_fraction", type=float, default=None, help="fraction of the steps spent decaying")
+    optim.add_argument("--final_lr_fraction", type=float, default=None, help="lr at the end, as a fraction")
+    optim.add_argument("--table_optimizer", default=None, help="optimizer of the BoV value tables")
     args, extra = parser.parse_known_args(argv)
     if len(extra) % 2 or not all(key.startswith("--") for key in extra[::2]):
         parser.error(f"TrainingArguments must come as --name value pairs, got {extra}")
@@ -60,15 +74,20 @@ def main(argv=None):
         if not sep:
             parser.error(f"--set expects FIELD=VALUE, got {item!r}")
         overrides[field] = parse_value(value)
-    training_arguments = {  # the script's defaults; any TrainingArguments field given on the command line wins
-        "per_device_train_batch_size": 8, "learning_rate": 1e-3, "save_steps": 100,
-        "logging_steps": max(1, args.max_steps // 20),
-        **{key[2:]: parse_value(value) for key, value in zip(extra[::2], extra[1::2])},
-    }
+    training_arguments = {key[2:]: parse_value(value) for key, value in zip(extra[::2], extra[1::2])}
+    optimizer = {name: getattr(args, name) for name in ("optimizer", "warmdown_fraction", "final_lr_fraction",
+                                                        "table_optimizer") if getattr(args, name) is not None}
+    if "warmup_steps" in training_arguments:  # the recipe's schedule runs the warmup
+        optimizer["warmup_steps"] = training_arguments.pop("warmup_steps")
+    for item in args.group_lr:
+        group, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--group_lr expects GROUP=LR, got {item!r}")
+        optimizer.setdefault("lr", {})[group] = float(value)
     try:
         metrics = pretrain(args.config, args.data, args.output_dir, tokenizer_path=args.tokenizer,
                            overrides=overrides, block_size=args.block_size, max_steps=args.max_steps,
-                           **training_arguments)
+                           tokens=args.tokens, flops=args.flops, optimizer=optimizer, **training_arguments)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         sys.exit(f"error: {error}")
     print(json.dumps(metrics, indent=2, default=str))

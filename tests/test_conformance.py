@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.cache_utils import DynamicCache
 
 from hf_valuearch import MODEL_TYPES
@@ -204,3 +205,61 @@ def test_invalid_field_set_after_construction_fails_at_save_pretrained(tmp_path)
     model.config.sliding_window = 2
     with pytest.raises(ValueError, match="sliding_window"):
         model.save_pretrained(tmp_path)
+
+
+# --- torch.export and torch.compile ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_export_and_fullgraph_compile_equal_eager(model_type):
+    """Every type traces in one graph on unpadded input (no data-dependent checks in the forward); KVM's padded
+    batches split per sequence, so KVM models do not claim `_can_compile_fullgraph`."""
+    model = conformance_model(model_type).eval()
+    assert model._can_compile_fullgraph == (model_type != "kvm")
+    ids = conformance_ids()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(ids).logits
+        exported = torch.export.export(model, (ids,), kwargs={"use_cache": False}).module()
+        torch.testing.assert_close(exported(ids, use_cache=False).logits, expected, rtol=1e-5, atol=1e-5)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        torch.testing.assert_close(compiled(ids, use_cache=False).logits, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="input_ids must lie in"):  # the eager check is still there
+        model(ids + SHAPES["vocab_size"])
+
+
+# --- device placement and parallel plans ----------------------------------------------------------------------
+
+
+def alternating_device_map(model, devices: tuple[str, str]) -> dict[str, str]:
+    """Every module of the base model (each decoder layer on its own) on the other device than the one before;
+    the LM head with the embeddings (they may be tied)."""
+    names = [f"model.{name}" for name, _ in model.model.named_children() if name != "layers"]
+    names[1:1] = [f"model.layers.{i}" for i in range(len(model.model.layers))]  # after the embeddings
+    device_map = {name: devices[i % 2] for i, name in enumerate(names)}
+    return {**device_map, "lm_head": device_map["model.embed_tokens"]}
+
+
+@pytest.mark.parametrize("devices", [("cpu", "cpu"), pytest.param(("cpu", "cuda:0"), marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU: splits the model across cpu and cuda"))])
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_device_map_split_gives_the_same_logits_and_generation(model_type, devices, tmp_path):
+    """x0, V1, token ids and depth sources follow the layers across devices (device_map, accelerate's hooks)."""
+    model = conformance_model(model_type).eval()
+    model.save_pretrained(tmp_path)
+    split = type(model).from_pretrained(tmp_path, device_map=alternating_device_map(model, devices)).eval()
+    assert {str(p.device) for p in split.parameters()} == set(devices)
+    ids = conformance_ids()
+    with torch.no_grad():
+        torch.testing.assert_close(split(ids).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-5)
+    assert torch.equal(greedy(split, ids[:1]).cpu(), greedy(model, ids[:1]))
+
+
+@pytest.mark.parametrize("model_type", ALL_TYPES)
+def test_parallel_plans_match_llama(model_type):
+    llama_config = LlamaConfig(**{k: v for k, v in SHAPES.items()})
+    model, llama = conformance_model(model_type), LlamaForCausalLM(llama_config)
+    assert model.fsdp_plan == llama.fsdp_plan
+    assert model.tp_plan == llama.tp_plan
+    assert set(model._skip_keys_device_placement) == set(llama._skip_keys_device_placement)

@@ -243,13 +243,18 @@ def test_visible_sources_per_read():
 # --- equivalences --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type,extra", [("attnres", {}), *[("rd_attnres", {"value_route": r}) for r in VALUE_ROUTES]])
+NANOCHAT_FIELDS = dict(norm_weights=False, embedding_norm=True, smear_gate=True, qk_norm="rmsnorm", qk_scale=1.2)
+
+
+@pytest.mark.parametrize("model_type,extra", [("attnres", {}), *[("rd_attnres", {"value_route": r}) for r in VALUE_ROUTES],
+                                              ("rd_attnres", {"value_route": "learned", **NANOCHAT_FIELDS})])
 def test_zero_queries_equal_standard_decoder(model_type, extra):
     """Zero pseudo-queries: every read is h/n and RMSNorm is scale-invariant up to ε, so the logits and the
     hidden states equal the standard decoder's with the same weights. Relative error per norm is at most
     ε (n² - 1) / (2 mean(h²)); with ε = 1e-10 the logits agree to 1e-5 in float32."""
     model = tiny_model(model_type, rms_norm_eps=1e-10, attnres_block_size=2, **extra)
-    standard = tiny_model("valuearch", rms_norm_eps=1e-10)
+    backbone = {field: value for field, value in extra.items() if field != "value_route"}  # e.g. nanochat's
+    standard = tiny_model("valuearch", rms_norm_eps=1e-10, **backbone)
     missing, unexpected = standard.load_state_dict(model.state_dict(), strict=False)
     assert not missing and all("route_" in name for name in unexpected)
     input_ids = random_ids(2, 9)

@@ -14,6 +14,7 @@ from torch.nn import functional as F
 from hf_valuearch import MODEL_TYPES, BovConfig, BovForCausalLM, ValueArchForCausalLM
 from hf_valuearch.cache_valuearch import cache_bytes
 from hf_valuearch.compat import output_cache
+from hf_valuearch.conversion.nanochat_checkpoints import nanochat_weights
 from tests.common import REPO, left_pad, prefill_then_decode, random_ids, tiny_config, tiny_model
 
 NANOCHAT_EPS = torch.finfo(torch.float32).eps  # F.rms_norm(x, (d,)) with eps=None, float32 activations
@@ -180,37 +181,14 @@ def test_invalid_backbone_fields(field, value):
 FIXTURE = REPO / "tests" / "fixtures" / "nanochat" / "bov_tiny.safetensors"
 
 
-def from_nanochat(tensors: dict, config) -> dict:
-    """nanochat parameter names -> ours. nanochat rotates the pairs (x_i, x_{i+D/2}) by -θ, we by +θ: swapping
-    the two halves of every q and k head is the same rotation (its q/k norm has no weight to permute)."""
-    def swap_halves(weight):
-        rows = weight.view(-1, 2, config.head_dim // 2, weight.shape[-1])  # [heads, half, D/2, hidden]
-        return rows.flip(1).reshape(weight.shape)
-
-    ours = {"model.embed_tokens.weight": tensors["transformer.wte.weight"][: config.vocab_size],
-            "lm_head.weight": tensors["lm_head.weight"][: config.vocab_size],
-            "model.smear.gate_proj.weight": tensors["smear_gate.weight"], "model.smear.scale": tensors["smear_lambda"]}
-    for i in range(config.num_hidden_layers):
-        block, layer = f"transformer.h.{i}.", f"model.layers.{i}."
-        ours[layer + "self_attn.q_proj.weight"] = swap_halves(tensors[block + "attn.c_q.weight"])
-        ours[layer + "self_attn.k_proj.weight"] = swap_halves(tensors[block + "attn.c_k.weight"])
-        ours[layer + "self_attn.v_proj.weight"] = tensors[block + "attn.c_v.weight"]
-        ours[layer + "self_attn.o_proj.weight"] = tensors[block + "attn.c_proj.weight"]
-        ours[layer + "mlp.up_proj.weight"] = tensors[block + "mlp.c_fc.weight"]
-        ours[layer + "mlp.down_proj.weight"] = tensors[block + "mlp.c_proj.weight"]
-        if f"value_embeds.{i}.weight" in tensors:
-            ours[layer + "self_attn.value_path.value_table.weight"] = tensors[f"value_embeds.{i}.weight"][: config.vocab_size]
-            ours[layer + "self_attn.value_path.value_scale"] = tensors[block + "attn.gamma_v"].reshape(())
-    return ours
-
-
 def fixture_model(tensors, sliding_window: int):
     config = BovConfig(vocab_size=64, hidden_size=32, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
                        num_key_value_heads=2, max_position_embeddings=16, **NANOCHAT,
                        mixer_types=["sliding_attention", "full_attention", "full_attention"], sliding_window=sliding_window)
     model = BovForCausalLM(config).eval()
-    missing, unexpected = model.load_state_dict(from_nanochat(tensors, config), strict=False)
-    assert not missing and set(unexpected) <= {"model.layers.2.self_attn.v_proj.weight"}  # BoV's dead c_v
+    weights, unplaced = nanochat_weights(tensors, model)  # the converter's mapping (scripts/convert.py --from nanochat)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unplaced and not missing and not unexpected
     return model
 
 

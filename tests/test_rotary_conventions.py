@@ -58,6 +58,20 @@ def test_linspace_rotary_survives_save_and_load(tmp_path):
                                rtol=1e-6, atol=0)
 
 
+def test_rope_tables_rounded_to_bfloat16():
+    """rope_table_dtype="bfloat16": float32 cos/sin equal to the bf16-rounded tables (KVM-paper's), and only then."""
+    config = tiny_config("kvm", hidden_size=64, num_attention_heads=2, kvm_chunk_size=8, kvm_state_min_slots=8,
+                         rope_table_dtype="bfloat16")
+    x, positions = torch.zeros(1, 1, 4), torch.arange(300)[None]
+    cos, sin = ValueArchRotaryEmbedding(config)(x, positions)
+    exact_cos, exact_sin = ValueArchRotaryEmbedding(tiny_config("kvm", hidden_size=64, num_attention_heads=2,
+                                                                kvm_chunk_size=8, kvm_state_min_slots=8))(x, positions)
+    assert cos.dtype == torch.float32 and torch.equal(cos, exact_cos.bfloat16().float())
+    assert torch.equal(sin, exact_sin.bfloat16().float()) and not torch.equal(cos, exact_cos)
+    with pytest.raises(ValueError, match="rope_table_dtype"):
+        tiny_config(rope_table_dtype="float8")
+
+
 def kvm_paper_rotary(x: torch.Tensor, inv_freq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """KVM-paper's rotation written out: pairs (x_2i, x_2i+1) of the first 2n dims rotate by -θ_i t,
     y_2i = x_2i cos + x_2i+1 sin, y_2i+1 = x_2i+1 cos - x_2i sin; the other dims pass. x: [B, H, T, D]."""

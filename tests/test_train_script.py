@@ -187,3 +187,22 @@ def test_hub_dataset_offline_fails_with_a_clear_message(tmp_path):
     assert result.returncode != 0
     assert "could not stream Hub dataset 'someone/not-a-local-dataset'" in result.stderr
     assert "pass a local text file or directory" in result.stderr
+
+
+def test_budgets_set_the_steps(tmp_path):
+    from transformers import TrainingArguments
+
+    from hf_valuearch.training import plan_steps
+    from hf_valuearch.training.accounting import flops_per_token
+
+    config = load_config("bov")
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    tokens_per_step = 4 * 2 * 64
+    assert plan_steps(config, args, 64, None, 10 * tokens_per_step + 1, None)[0] == 11
+    steps, summary = plan_steps(config, args, 64, None, None, 7 * tokens_per_step * flops_per_token(config, 64))
+    assert steps == 7 and f"7 steps x {tokens_per_step} tokens" in summary
+    assert plan_steps(config, args, 64, None, None, None)[0] == 200
+    with pytest.raises(ValueError, match="smaller than one step of 512 tokens"):
+        plan_steps(config, args, 64, None, None, 1e3)
+    with pytest.raises(ValueError, match="give one budget, not --max_steps and --tokens"):
+        plan_steps(config, args, 64, 5, 1e6, None)

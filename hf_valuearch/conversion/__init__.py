@@ -4,7 +4,11 @@
 converted to the standard `valuearch` decoder (same parameter names, config renamed field by field:
 identical logits); each architecture's converter then starts from a standard `valuearch` model.
 Every target declares when its conversion is exact by construction (`Conversion.exact`), and
-`logit_difference` measures it on a fixed probe batch. `scripts/convert.py` is the command-line front end.
+`logit_difference` measures it on a fixed probe batch.
+
+`FORMATS` reads checkpoints written by the papers' own code (one module per format, `*_checkpoints.py`);
+`convert_paper_checkpoint(format, directory)` returns the equivalent hf_valuearch model, or raises ValueError
+naming the feature it cannot represent. `scripts/convert.py` is the command-line front end of both.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from safetensors.torch import load_file
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .. import MODEL_TYPES
@@ -23,7 +28,10 @@ from ..configuration_valuearch import ValueArchConfig
 from ..modeling_valuearch import ValueArchForCausalLM
 from .common import carried_fields, copy_weights
 from .depth_routing import to_rd_attnres, valuearch_to_attnres
+from .fla_checkpoints import load_fla_attnres
 from .kvm import llama_to_kvm
+from .nanochat_checkpoints import load_nanochat
+from .satformer_checkpoints import load_satformer
 from .value_paths import to_bov, to_resformer, to_satformer
 
 # Fields that only valuearch has (decoder options and the three axes): all must be at their defaults for Llama.
@@ -140,6 +148,52 @@ def conversion_report(source: PreTrainedModel, converted: PreTrainedModel, targe
     return (f"max |logit difference| against the source on the probe batch ({PROBE_SHAPE[0]} x {PROBE_SHAPE[1]} "
             f"tokens, seed 0): {logit_difference(source, converted):.3g}\n"
             f"exact by construction: {exact} ({conversion.note})")
+
+
+class PaperFormat(NamedTuple):
+    """Checkpoints written by a paper's code: a reader of such a directory, the code's repository, and why the
+    conversion is exact by construction."""
+
+    load: Callable[[Path], PreTrainedModel]
+    code: str
+    note: str
+
+
+# --from FORMAT of scripts/convert.py: one reader module per format
+FORMATS: dict[str, PaperFormat] = {
+    "satformer": PaperFormat(load_satformer, "SkyeGunasekaran/SATFormer",
+                             "every weight maps to one of model type satformer; V' = V + ReLU(h W_alpha) V1 is its "
+                             "relu_gate value path"),
+    "fla-attnres": PaperFormat(load_fla_attnres, "fla-org/flash-linear-attention (model type 'transformer')",
+                               "every weight maps to one of model type attnres; same block schedule and depth read"),
+    "nanochat": PaperFormat(load_nanochat, "karpathy/nanochat (BoV: RiddleHe/nanochat research/bank_of_values)",
+                            "every weight maps to one of ours on nanochat's backbone fields (c_q / c_k head halves "
+                            "swapped for the rotary direction); long windows are full attention, equal up to "
+                            "sequence_len + 1 tokens"),
+}
+
+
+def convert_paper_checkpoint(format_name: str, directory: str | Path) -> PreTrainedModel:
+    """Read `directory`, written by the code of paper format `format_name`, as an hf_valuearch model."""
+    if format_name not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {format_name!r}: allowed formats are {sorted(FORMATS)}")
+    if not Path(directory).is_dir():
+        raise ValueError(f"{str(directory)!r} is not a directory: expected a {format_name} checkpoint directory")
+    return FORMATS[format_name].load(Path(directory))
+
+
+def reference_logit_difference(model: PreTrainedModel, reference_file: str | Path) -> float:
+    """max |logits(model) - reference| for a safetensors file holding `input_ids` and the `logits` the source
+    model (run by its own code) produced for them."""
+    reference = load_file(reference_file)
+    if not {"input_ids", "logits"} <= reference.keys():
+        raise ValueError(f"{str(reference_file)!r} must hold tensors 'input_ids' and 'logits'; it holds {sorted(reference)}")
+    with torch.no_grad():
+        logits = model(reference["input_ids"].to(model.device)).logits.float().cpu()
+    if logits.shape != reference["logits"].shape:
+        raise ValueError(f"{str(reference_file)!r}: logits of shape {tuple(reference['logits'].shape)}, the converted "
+                         f"model gives {tuple(logits.shape)}")
+    return (logits - reference["logits"].float()).abs().max().item()
 
 
 def load_for_conversion(path: str | Path) -> PreTrainedModel:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
 # Bookkeeping fields that describe a saved checkpoint, not the model: never carried to a converted config.
 NOT_CARRIED = frozenset({"model_type", "architectures", "auto_map", "transformers_version", "_name_or_path", "dtype"})
 
@@ -33,3 +39,52 @@ def copy_weights(target, source, new_parameters: tuple[str, ...] = (), dropped: 
                          f"{missing}, without a place {unexpected}")
     target.tie_weights()
     return target.eval()
+
+
+# --- checkpoints written by the papers' own code (conversion/*_checkpoints.py) ---------------------------
+
+
+def read_hf_checkpoint(directory) -> tuple[dict, dict]:
+    """(config.json as a dict, state dict) of a Hugging Face-style checkpoint directory written by other code:
+    model.safetensors, a sharded safetensors index, or pytorch_model.bin. Raises ValueError naming what is missing."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise ValueError(f"{str(directory)!r} has no config.json: expected a checkpoint directory written by "
+                         "save_pretrained")
+    config = json.loads((directory / "config.json").read_text())
+    if (directory / "model.safetensors").is_file():
+        return config, load_file(directory / "model.safetensors")
+    if (directory / "model.safetensors.index.json").is_file():
+        shards = set(json.loads((directory / "model.safetensors.index.json").read_text())["weight_map"].values())
+        return config, {name: tensor for shard in sorted(shards) for name, tensor in load_file(directory / shard).items()}
+    if (directory / "pytorch_model.bin").is_file():
+        return config, torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ValueError(f"{str(directory)!r} has no weights: expected model.safetensors, model.safetensors.index.json "
+                     "or pytorch_model.bin")
+
+
+def load_renamed(model, state_dict: dict, rename, source: str):
+    """`model` (eval mode, in the source's dtype) holding `state_dict` with every name mapped by `rename(name)`.
+
+    Every source tensor must find a place and every parameter of `model` must be filled (a tied head may come
+    from the embeddings); otherwise ValueError naming the source's unsupported or missing weights.
+    """
+    renamed, unplaced = {}, []
+    for name, tensor in state_dict.items():
+        target = rename(name)
+        if target is None:
+            unplaced.append(name)
+        else:
+            renamed[target] = tensor
+    if unplaced:
+        raise ValueError(f"{source}: weights {sorted(unplaced)} belong to features hf_valuearch cannot represent")
+    dtype = next(iter(state_dict.values())).dtype
+    model = model.to(dtype)
+    missing, unexpected = model.load_state_dict(renamed, strict=False)
+    tied_head = getattr(model.config, "tie_word_embeddings", False)
+    missing = [name for name in missing if not (name == "lm_head.weight" and tied_head)]
+    if missing or unexpected:
+        raise ValueError(f"{source}: the checkpoint lacks weights {missing} and has weights without a place "
+                         f"{unexpected}")
+    model.tie_weights()
+    return model.eval()

@@ -21,13 +21,16 @@ import shutil
 import signal
 from pathlib import Path
 
+import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
 from ..cards.hub import check_hub_access, upload_checkpoint
+from .accounting import flops_per_token, parameter_split
 from .data import DEFAULT_CORPUS, HeldOutBlocks, PackedStream, training_texts
+from .optim import OptimizerRecipe, build_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
 # TrainingArguments' Hub options, handled here: the access check runs before any work, and the final folder is
@@ -50,9 +53,9 @@ def check_config_fields(config_class, fields: dict, source: str):
             raise ValueError(f"{source} sets {name!r}, which {config_class.__name__} does not define{hint}")
 
 
-def load_config(spec: str, overrides: dict | None = None):
-    """A config from a JSON file (its `model_type` picks the class) or a model type (its tiny config), plus
-    overrides (which must be fields of the config class)."""
+def read_config_file(spec: str) -> tuple[dict, dict]:
+    """(config fields, training recipe) of a JSON config file or a model type (its tiny config). A paper preset's
+    file carries its training recipe under "training" (optimizer, schedule, block size, batch, budget)."""
     path = Path(spec)
     if spec in MODEL_TYPES:
         path = TINY_CONFIGS / f"{spec}.json"
@@ -61,6 +64,13 @@ def load_config(spec: str, overrides: dict | None = None):
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
     fields = json.loads(path.read_text())
+    return fields, fields.pop("training", {})
+
+
+def load_config(spec: str, overrides: dict | None = None):
+    """A config from a JSON file (its `model_type` picks the class) or a model type (its tiny config), plus
+    overrides (which must be fields of the config class)."""
+    fields, _ = read_config_file(spec)
     model_type = fields.pop("model_type", "valuearch")
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type {model_type!r} in {spec!r} is unknown; allowed: {sorted(MODEL_TYPES)}")
@@ -149,9 +159,24 @@ class AtomicCheckpointTrainer(Trainer):
     after a barrier the main process alone renames it into place. Each checkpoint also records the whole run's
     summed training loss so far (`run_loss.json`), so a resumed run reports the whole run's mean."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, recipe: OptimizerRecipe, **kwargs):
         super().__init__(*args, **kwargs)
+        self.recipe = recipe
         self.loss_before_resume = 0.0
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is None:
+            self.optimizer, groups = build_optimizer(self.model, self.recipe, self.args.learning_rate,
+                                                     self.args.weight_decay)
+            if self.args.should_save:
+                print(f"optimizer: {self.recipe.optimizer}\n{groups}")
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer or self.optimizer, lambda step: self.recipe.lr_multiplier(step, num_training_steps))
+        return self.lr_scheduler
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         super()._load_from_checkpoint(resume_from_checkpoint, model)
@@ -203,18 +228,51 @@ def finished_metrics(output: Path, max_steps: int) -> dict | None:
     return None
 
 
+SCRIPT_DEFAULTS = {"per_device_train_batch_size": 8, "learning_rate": 1e-3, "save_steps": 100, "report_to": []}
+
+
+def plan_steps(config, args, block_size: int, max_steps, tokens, flops) -> tuple[int, str]:
+    """Training steps from one budget (--max_steps, --tokens or --flops; FLOPs per token as the papers count
+    them, accounting.py), and a summary line of the budget."""
+    given = {name: value for name, value in (("--max_steps", max_steps), ("--tokens", tokens), ("--flops", flops))
+             if value is not None}
+    if len(given) > 1:
+        raise ValueError(f"give one budget, not {' and '.join(given)}")
+    tokens_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size * block_size
+    per_token = flops_per_token(config, block_size)
+    if flops is not None:
+        tokens = flops / per_token
+    if tokens is not None:
+        if not tokens >= tokens_per_step:
+            raise ValueError(f"the budget of {tokens:.4g} tokens ({next(iter(given))} {next(iter(given.values()))}) is "
+                             f"smaller than one step of {tokens_per_step} tokens; allowed: at least one step")
+        max_steps = math.ceil(tokens / tokens_per_step)
+    max_steps = 200 if max_steps is None else max_steps
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"--max_steps {max_steps!r} is invalid: expected an integer >= 1")
+    total = max_steps * tokens_per_step
+    return max_steps, (f"budget: {max_steps} steps x {tokens_per_step} tokens = {total:.4g} tokens x "
+                       f"{per_token:.4g} FLOPs/token = {total * per_token:.4g} FLOPs")
+
+
 def pretrain(
     config_spec: str,
     data: str | None,
     output_dir: str,
     tokenizer_path: str | None = None,
     overrides: dict | None = None,
-    block_size: int = 256,
+    block_size: int | None = None,
+    max_steps: int | None = None,
+    tokens: float | None = None,
+    flops: float | None = None,
+    optimizer: dict | None = None,
     eval_blocks: int = 64,
     **training_arguments,
 ) -> dict:
     """Pretrain a model from scratch and save it with its tokenizer; returns the final metrics.
 
+    Settings come from the command line, else the config file's "training" recipe, else the script's defaults:
+    `optimizer` holds `OptimizerRecipe` fields; one budget of max_steps / tokens / flops sets the steps.
     With `push_to_hub=True` the final folder is uploaded to `hub_model_id` (default: the output directory's name);
     the Hub must be reachable with a token before training starts (else `HubUnavailable`)."""
     output = Path(output_dir)
@@ -222,20 +280,29 @@ def pretrain(
     if hub.get("push_to_hub"):
         hub["hub_token"] = check_hub_access(hub.get("hub_token"))
     config = load_config(config_spec, overrides)  # a bad config fails before any work
-    max_steps = training_arguments.get("max_steps", 0)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"--max_steps {max_steps!r} is invalid: expected an integer >= 1")
+    _, preset = read_config_file(config_spec)
+    try:
+        recipe = OptimizerRecipe(**{**preset.get("optimizer", {}), **(optimizer or {})})
+    except TypeError as error:
+        raise ValueError(f"optimizer recipe: {error}; fields: {[f.name for f in dataclasses.fields(OptimizerRecipe)]}")
+    block_size = block_size or preset.get("block_size") or min(256, config.max_position_embeddings)
     if not isinstance(block_size, int) or not 2 <= block_size <= config.max_position_embeddings:
         raise ValueError(f"--block_size {block_size!r} is invalid: expected an integer in [2, "
                          f"max_position_embeddings={config.max_position_embeddings}] (or raise it with "
                          f"--set max_position_embeddings={block_size})")
-    done = finished_metrics(output, max_steps)
+    if max_steps is None and tokens is None and flops is None:
+        max_steps, tokens, flops = (preset.get(name) for name in ("max_steps", "tokens", "flops"))
+    arguments = {**SCRIPT_DEFAULTS, **preset.get("training_arguments", {}), **training_arguments}
+    args = TrainingArguments(output_dir=str(output), **arguments)
+    args.max_steps, budget = plan_steps(config, args, block_size, max_steps, tokens, flops)
+    if "logging_steps" not in arguments:
+        args.logging_steps = max(1, args.max_steps // 20)
+    done = finished_metrics(output, args.max_steps)
     if done is not None:
         print(f"nothing to do: {output / 'final'} already holds this run, trained for {done['global_step']} steps "
-              f"(--max_steps {max_steps}); raise --max_steps to train further")
+              f"(--max_steps {args.max_steps}); raise --max_steps to train further")
         return {**done, "nothing_to_do": True}
 
-    args = TrainingArguments(output_dir=str(output), **{"report_to": [], **training_arguments})
     with args.main_process_first(desc="tokenizer"):
         tokenizer = resolve_tokenizer(tokenizer_path, output, data, config.vocab_size)
     config = load_config(config_spec, {
@@ -244,13 +311,16 @@ def pretrain(
     })
     eval_data = HeldOutBlocks(PackedStream(data, tokenizer, block_size, held_out=True, max_blocks=eval_blocks))
     train_data = PackedStream(data, tokenizer, block_size, held_out=False)
-    print(f"data: {DEFAULT_CORPUS if data is None else data}; {len(eval_data)} held-out blocks of {block_size} tokens")
 
     set_seed(args.seed)  # the initial weights are part of the run: same seed, same model
     model = MODEL_TYPES[config.model_type][2](config)
+    if args.should_save:
+        split = ", ".join(f"{kind} {count:,}" for kind, count in parameter_split(model).items())
+        print(f"model: {config.model_type}, parameters: {split}\n{budget}\n"
+              f"data: {DEFAULT_CORPUS if data is None else data}; {len(eval_data)} held-out blocks of {block_size} tokens")
     stop = StopOnSignal()
     trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
-                                      callbacks=[stop])
+                                      callbacks=[stop], recipe=recipe)
     last_checkpoint = get_last_checkpoint(str(output)) if output.is_dir() else None
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
     if stop.received is not None:

@@ -118,7 +118,7 @@ def open_corpus(data: str | None):
                                "local text file or directory instead.") from error
     files = local_files(data)
     parts = []
-    for suffixes, builder, options in ((TEXT_SUFFIXES, "text", {"sample_by": "paragraph"}),
+    for suffixes, builder, options in ((TEXT_SUFFIXES, "text", {"sample_by": "paragraph", "chunksize": 1 << 20}),
                                        (JSON_SUFFIXES, "json", {}), (PARQUET_SUFFIXES, "parquet", {})):
         chosen = [f for f in files if f.suffix in suffixes]
         if chosen:

@@ -29,6 +29,7 @@ from .. import MODEL_TYPES
 from ..cards import write_model_card
 from . import AtomicCheckpointTrainer, replace_directory
 from .data import HeldOutBlocks, PackedStream
+from .optim import OptimizerRecipe
 
 IGNORE_INDEX = -100  # labels the loss skips (transformers' ForCausalLMLoss)
 
@@ -184,8 +185,9 @@ def finetune(
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
 
     collator = PadToLongest(tokenizer.pad_token_id) if isinstance(train_data, PromptCompletions) else None
+    # AdamW with a linear decay to 0, as Trainer's default; parameter groups as in pretraining
     trainer = AtomicCheckpointTrainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
-                                      data_collator=collator)
+                                      data_collator=collator, recipe=OptimizerRecipe())
     last_checkpoint = get_last_checkpoint(str(output)) if output.is_dir() else None
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
     metrics = {"train_loss": result.training_loss, "global_step": result.global_step, "trainable_parameters": trainable,

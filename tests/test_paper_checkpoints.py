@@ -1,0 +1,147 @@
+"""Checkpoints written by the papers' own code load exactly (`scripts/convert.py --from FORMAT`).
+
+tests/fixtures/<format>/ holds a tiny random checkpoint in each paper's native format and the logits the paper's
+code gave on a probe batch (expected.safetensors); tests/fixtures/README.md says how they were made.
+"""
+
+import json
+import re
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from hf_valuearch.conversion import FORMATS, convert_paper_checkpoint
+from tests.common import REPO, run_script
+
+FIXTURES = REPO / "tests" / "fixtures"
+# (format, fixture folder, the model type it converts to)
+CASES = [("satformer", "satformer", "satformer"), ("fla-attnres", "fla-attnres", "attnres"),
+         ("nanochat", "nanochat/bov", "bov"), ("nanochat", "nanochat/v1_add", "valuearch")]
+
+
+def test_every_format_has_a_fixture():
+    assert {format_name for format_name, _, _ in CASES} == set(FORMATS)
+
+
+@pytest.mark.parametrize("format_name, folder, model_type", CASES, ids=[folder for _, folder, _ in CASES])
+def test_converted_paper_checkpoint_gives_the_papers_logits(tmp_path, capsys, format_name, folder, model_type):
+    source = FIXTURES / folder
+    run_script("convert", "--from", format_name, "--input", str(source), "--output", str(tmp_path / "out"),
+               "--reference-logits", str(source / "expected.safetensors"))
+    printed = capsys.readouterr().out
+    reported = float(re.search(r"max \|logit difference\| against the source's logits in \S+: (\S+)", printed).group(1))
+    assert "exact by construction: yes" in printed and reported <= 1e-4
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()  # our architecture, from disk
+    assert model.config.model_type == model_type
+    expected = load_file(source / "expected.safetensors")
+    with torch.no_grad():
+        logits = model(expected["input_ids"]).logits
+    assert logits.dtype == torch.float32
+    assert (logits - expected["logits"]).abs().max().item() <= 1e-4
+
+
+def test_satformer_keeps_its_tied_head_and_gates():
+    model = convert_paper_checkpoint("satformer", FIXTURES / "satformer")
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    native = load_file(FIXTURES / "satformer" / "model.safetensors")
+    gate = model.model.layers[2].self_attn.value_path.v1_gate.weight
+    assert torch.equal(gate, native["model.layers.2.attn.value_residual_mixing.alpha_proj.weight"])
+    assert model.config.qk_norm == "rmsnorm" and model.config.qk_norm_eps == 1e-5  # fla's RMSNorm default
+
+
+def test_fla_attnres_keeps_its_pseudo_queries():
+    model = convert_paper_checkpoint("fla-attnres", FIXTURES / "fla-attnres")
+    native = load_file(FIXTURES / "fla-attnres" / "model.safetensors")
+    assert model.config.attnres_block_size == 2 and model.config.sliding_window == 6
+    assert torch.equal(model.model.layers[1].router.mlp_route_query, native["model.layers.1.mlp_res_proj.weight"][0])
+    assert torch.equal(model.model.readout.final_route_query, native["model.res_proj.weight"][0])
+
+
+def _edited_copy(tmp_path, format_name, config_changes=None, extra_weight=None):
+    directory = tmp_path / format_name
+    shutil.copytree(FIXTURES / format_name, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(config_changes or {})
+    (directory / "config.json").write_text(json.dumps(config))
+    if extra_weight:
+        weights = load_file(directory / "model.safetensors")
+        weights[extra_weight] = torch.zeros(3)
+        save_file(weights, directory / "model.safetensors")
+    return directory
+
+
+@pytest.mark.parametrize("format_name, edit, message", [
+    ("satformer", {"config_changes": {"value_residual_gate": "sigmoid"}}, "value_residual_gate='sigmoid'"),
+    ("satformer", {"config_changes": {"value_residual_proj_bias": True}}, "value_residual_proj_bias=True"),
+    ("satformer", {"config_changes": {"model_type": "transformer"}}, "format 'satformer' reads 'SATFormer'"),
+    ("fla-attnres", {"config_changes": {"qkv_bias": True}}, "qkv_bias=True"),
+    ("fla-attnres", {"config_changes": {"hidden_act": "powlu"}}, "hidden_act='powlu'"),
+    ("fla-attnres", {"extra_weight": "model.layers.0.attn.extra.weight"}, "model.layers.0.attn.extra.weight"),
+], ids=["gate", "gate-bias", "model-type", "qkv-bias", "activation", "unknown-weight"])
+def test_unsupported_features_are_named_in_one_line(tmp_path, format_name, edit, message):
+    source = _edited_copy(tmp_path, format_name, **edit)
+    with pytest.raises(SystemExit) as exit_info:
+        run_script("convert", "--from", format_name, "--input", str(source), "--output", str(tmp_path / "out"))
+    error = exit_info.value.code
+    assert isinstance(error, str) and "\n" not in error and message in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_fla_checkpoint_without_attnres_is_the_standard_decoder(tmp_path):
+    """attnres_block_size None: fla's plain transformer, whose weights are the same minus the depth routing."""
+    source = _edited_copy(tmp_path, "fla-attnres", {"attnres_block_size": None, "window_size": None})
+    weights = {name: tensor for name, tensor in load_file(source / "model.safetensors").items() if "res_" not in name}
+    save_file(weights, source / "model.safetensors")
+    model = convert_paper_checkpoint("fla-attnres", source)
+    assert model.config.model_type == "valuearch" and model.config.depth_routing == "standard"
+    assert set(model.config.mixer_types) == {"full_attention"}
+
+
+def _nanochat_copy(tmp_path, model_type=None, **flags):
+    directory = tmp_path / "nanochat"
+    directory.mkdir()
+    shutil.copy2(FIXTURES / "nanochat" / "bov" / "model_000000.pt", directory)
+    meta = json.loads((FIXTURES / "nanochat" / "bov" / "meta_000000.json").read_text())
+    meta["model_type"] = model_type or meta["model_type"]
+    meta["model_config"].update(flags)
+    (directory / "meta_000000.json").write_text(json.dumps(meta))
+    return directory
+
+
+@pytest.mark.parametrize("model_type, flags, message", [
+    ("gpt", {}, "model_type 'gpt' (nanochat's gpt.py) is not supported: its per-layer resid_lambdas"),
+    (None, {"add_init_res": True}, "add_init_res (x = alpha x + beta x0 before each target block)"),
+    (None, {"value_emb_shared": True}, "value_emb_shared (one value table shared by all target layers)"),
+], ids=["karpathy-gpt", "add-init-res", "shared-table"])
+def test_unsupported_nanochat_models_are_named_in_one_line(tmp_path, model_type, flags, message):
+    source = _nanochat_copy(tmp_path, model_type, **flags)
+    with pytest.raises(SystemExit) as exit_info:
+        run_script("convert", "--from", "nanochat", "--input", str(source), "--output", str(tmp_path / "out"))
+    assert "\n" not in exit_info.value.code and message in exit_info.value.code
+
+
+def test_nanochat_windows_gamma_and_padded_rows():
+    """Layer 0 is nanochat's short window (128, 0) = 129 keys; BoV's gamma and table land at layer 2; the rows
+    nanochat pads its vocabulary of 60 with (to 64) are dropped."""
+    model = convert_paper_checkpoint("nanochat", FIXTURES / "nanochat" / "bov")
+    native = torch.load(FIXTURES / "nanochat" / "bov" / "model_000000.pt", weights_only=True)
+    assert model.config.mixer_types == ["sliding_attention", "full_attention", "full_attention"]
+    assert model.config.sliding_window == 129 and model.config.value_layer_indices == [2]
+    value_path = model.model.layers[2].self_attn.value_path
+    assert value_path.value_scale.item() == pytest.approx(1.7)
+    assert native["value_embeds.2.weight"].shape[0] == 64 and model.config.vocab_size == 60
+    assert torch.equal(value_path.value_table.weight, native["value_embeds.2.weight"][:60])
+
+
+def test_nanochat_v1_add_every_other_layer():
+    """BoV's add_init_v with learned alpha, beta on nanochat's has_ve layers (1 and 3 of 4)."""
+    model = convert_paper_checkpoint("nanochat", FIXTURES / "nanochat" / "v1_add")
+    config = model.config
+    assert (config.value_source, config.value_mix, config.value_coefficients) == ("v1", "add", "learnable")
+    assert config.value_layer_indices == [1, 3]
+    value_path = model.model.layers[3].self_attn.value_path
+    assert (value_path.residual_scale.item(), value_path.source_scale.item()) == pytest.approx((0.6, 1.3))
