@@ -2,7 +2,8 @@
 
 Importing the package registers every model type with AutoConfig / AutoModel / AutoModelForCausalLM
 and marks the classes for remote code, so `save_pretrained` writes the modeling files and an
-`auto_map` next to the weights.
+`auto_map` next to the weights. The model types and their classes come from the declarations in
+`presets.py` (one `Preset` per named architecture).
 """
 
 import importlib.abc
@@ -11,47 +12,15 @@ import sys
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from .configuration_valuearch import (
-    AttnResConfig,
-    BovConfig,
-    KvmConfig,
-    RdAttnResConfig,
-    ResFormerConfig,
-    SatFormerConfig,
-    ValueArchConfig,
-)
-from .modeling_valuearch import (
-    AttnResForCausalLM,
-    AttnResModel,
-    BovForCausalLM,
-    BovModel,
-    KvmForCausalLM,
-    KvmModel,
-    RdAttnResForCausalLM,
-    RdAttnResModel,
-    ResFormerForCausalLM,
-    ResFormerModel,
-    SatFormerForCausalLM,
-    SatFormerModel,
-    ValueArchForCausalLM,
-    ValueArchModel,
-    ValueArchPreTrainedModel,
-)
+from .configuration_valuearch import CONFIG_CLASSES, ValueArchConfig
+from .modeling_valuearch import MODEL_CLASSES, ValueArchForCausalLM, ValueArchModel, ValueArchPreTrainedModel
+from .presets import PRESETS, Paper, Preset
 from .value_paths import force_v1_gates, place_value_tables
 
-# model_type -> (config class, base model class, causal-LM class); one entry per named architecture.
-MODEL_TYPES = {
-    ValueArchConfig.model_type: (ValueArchConfig, ValueArchModel, ValueArchForCausalLM),
-    # value paths (value_paths.py)
-    BovConfig.model_type: (BovConfig, BovModel, BovForCausalLM),
-    ResFormerConfig.model_type: (ResFormerConfig, ResFormerModel, ResFormerForCausalLM),
-    SatFormerConfig.model_type: (SatFormerConfig, SatFormerModel, SatFormerForCausalLM),
-    # depth routing (depth_routing.py)
-    AttnResConfig.model_type: (AttnResConfig, AttnResModel, AttnResForCausalLM),
-    RdAttnResConfig.model_type: (RdAttnResConfig, RdAttnResModel, RdAttnResForCausalLM),
-    # sequence mixers (kvm.py)
-    KvmConfig.model_type: (KvmConfig, KvmModel, KvmForCausalLM),
-}
+# model_type -> (config class, base model class, causal-LM class); one entry per preset in presets.py.
+MODEL_TYPES = {model_type: (CONFIG_CLASSES[model_type], *MODEL_CLASSES[model_type]) for model_type in PRESETS}
+# every preset's classes as package attributes: hf_valuearch.BovConfig, hf_valuearch.BovForCausalLM, ...
+globals().update({cls.__name__: cls for classes in MODEL_TYPES.values() for cls in classes})
 
 for _config_class, _model_class, _lm_class in MODEL_TYPES.values():
     AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
@@ -101,9 +70,6 @@ from .cards.hub import push_model_to_hub  # noqa: E402 (cards read MODEL_TYPES)
 ValueArchPreTrainedModel.push_to_hub = push_model_to_hub
 
 __all__ = [
-    "MODEL_TYPES", "LORA_TARGET_MODULES", "ValueArchConfig", "ValueArchModel", "ValueArchForCausalLM", "ValueArchPreTrainedModel",
-    "BovConfig", "BovModel", "BovForCausalLM", "ResFormerConfig", "ResFormerModel", "ResFormerForCausalLM",
-    "SatFormerConfig", "SatFormerModel", "SatFormerForCausalLM", "force_v1_gates", "place_value_tables",
-    "AttnResConfig", "AttnResModel", "AttnResForCausalLM", "RdAttnResConfig", "RdAttnResModel", "RdAttnResForCausalLM",
-    "KvmConfig", "KvmModel", "KvmForCausalLM",
+    "MODEL_TYPES", "PRESETS", "Paper", "Preset", "LORA_TARGET_MODULES", "ValueArchPreTrainedModel", "force_v1_gates",
+    "place_value_tables", *(cls.__name__ for classes in MODEL_TYPES.values() for cls in classes),
 ]

@@ -1,11 +1,18 @@
-"""Generation cache: one cache layer per decoder layer, chosen by that layer's sequence mixer and value path."""
+"""Sequence mixers and the generation cache: `SEQUENCE_MIXERS` declares, per value of `config.mixer_types`, the
+mixer's module, mask and cache layer; `ValueArchCache` holds one cache layer per decoder layer, chosen by that
+layer's sequence mixer and value path."""
 
 from __future__ import annotations
 
-import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from .kvm import KVMMixer
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+from .kvm import KVMMixer, kvm_padding_mask
 from .value_paths import caches_token_ids
 
 
@@ -34,16 +41,16 @@ class SlidingKeysAndTokenIdsLayer(TokenIdsInValueSlot, DynamicSlidingWindowLayer
     """Keys and token ids of the last `sliding_window - 1` positions (plus the current ones during a step)."""
 
 
-def cache_layer_for(config, layer_idx: int):
-    """The cache layer that decoder layer `layer_idx` writes to."""
-    if config.mixer_types[layer_idx] == "kvm":  # window buffers and state, whatever the value path
-        return KVMCacheLayer()
-    sliding = config.mixer_types[layer_idx] == "sliding_attention"
+def attention_cache_layer(config, layer_idx: int) -> CacheLayerMixin:
+    """Full attention: keys and values (table layers: keys and token ids) of every position."""
+    return KeysAndTokenIdsLayer() if caches_token_ids(config, layer_idx) else DynamicLayer()
+
+
+def sliding_attention_cache_layer(config, layer_idx: int) -> CacheLayerMixin:
+    """Sliding-window attention: keys and values (table layers: keys and token ids) of the last window."""
     if caches_token_ids(config, layer_idx):
-        return SlidingKeysAndTokenIdsLayer(config.sliding_window) if sliding else KeysAndTokenIdsLayer()
-    if sliding:
-        return DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
-    return DynamicLayer()
+        return SlidingKeysAndTokenIdsLayer(config.sliding_window)
+    return DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
 
 
 class KVMCacheLayer(CacheLayerMixin):
@@ -102,6 +109,48 @@ class KVMCacheLayer(CacheLayerMixin):
 
     def prefetch(self):
         pass
+
+
+# --- sequence mixers: one declaration per value of `config.mixer_types` --------------------------------------
+# (why `mixer_types` and not transformers' `layer_types`: see the field in configuration_valuearch.py)
+
+
+@dataclass(frozen=True)
+class SequenceMixer:
+    """What one value of `config.mixer_types` gives a decoder layer.
+
+    mask: (config, inputs_embeds, attention_mask, cache, position_ids) -> the mask its layers read, built once
+        per forward for every mixer present (transformers' mask functions have this signature).
+    cache_layer: (config, layer_idx) -> a new generation-cache layer for such a layer.
+    module: None to attend through transformers' attention interface (eager, sdpa, flash, flex); or a module
+        class built as module(config, layer_idx) that replaces it, called with q [B, H, T, D], k, v [B, H_kv, T, D]
+        (after q/k norm and RoPE), the attention input [B, T, hidden], the mask and the cache, returning
+        [B, T, H, D]; it reads and writes its own cache layer.
+    compiles_fullgraph: whether a forward through such layers traces in one graph (torch.compile(fullgraph=True),
+        torch.export); a model claims `_can_compile_fullgraph` only if all its mixers do.
+    """
+
+    mask: Callable
+    cache_layer: Callable[..., CacheLayerMixin]
+    module: type[nn.Module] | None = None
+    compiles_fullgraph: bool = True
+
+
+# mixer name -> declaration; configuration_valuearch.MIXER_TYPES lists the same names for config validation.
+SEQUENCE_MIXERS: dict[str, SequenceMixer] = {
+    "full_attention": SequenceMixer(mask=create_causal_mask, cache_layer=attention_cache_layer),
+    "sliding_attention": SequenceMixer(mask=create_sliding_window_causal_mask,
+                                       cache_layer=sliding_attention_cache_layer),
+    # Key-Value Means (kvm.py): window buffers and compressed state, whatever the value path
+    # unpadded batches trace in one graph; padded ones run each sequence on its own tokens (a data-dependent split)
+    "kvm": SequenceMixer(mask=kvm_padding_mask, cache_layer=lambda config, layer_idx: KVMCacheLayer(),
+                         module=KVMMixer, compiles_fullgraph=False),
+}
+
+
+def cache_layer_for(config, layer_idx: int) -> CacheLayerMixin:
+    """The cache layer that decoder layer `layer_idx` writes to."""
+    return SEQUENCE_MIXERS[config.mixer_types[layer_idx]].cache_layer(config, layer_idx)
 
 
 class ValueArchCache(Cache):

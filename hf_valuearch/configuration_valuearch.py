@@ -7,15 +7,20 @@ choose what changes (see ``README.md`` / design):
 2. depth routing (``depth_routing``): what each sublayer reads from depth;
 3. sequence mixer (``mixer_types``, one entry per layer): what attention reads from the past.
 
-Named architectures are subclasses below that only change defaults; each has its own ``model_type``.
+Named architectures are subclasses that only change defaults, each with its own ``model_type``; they are
+derived at the end of this file from their declarations in ``presets.py``.
 Every invalid field raises ``ValueError`` naming the field, the value and what is allowed.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 from transformers.configuration_utils import PreTrainedConfig
+
+from .presets import PRESETS, Preset
 
 # --- allowed values of each axis ------------------------------------------------------------------
 VALUE_SOURCES = ("residual", "table", "x0", "v1")
@@ -24,7 +29,7 @@ VALUE_COEFFICIENTS = ("fixed", "learnable")
 VALUE_LAYER_SETS = ("all", "every_other", "last_third")
 DEPTH_ROUTINGS = ("standard", "block_attnres", "rd_attnres")
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")  # RD-AttnRes V-route query (depth_routing.py)
-MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")
+MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")  # declared in cache_valuearch.SEQUENCE_MIXERS
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
@@ -103,6 +108,7 @@ class ValueArchConfig(PreTrainedConfig):
 
     model_type = "valuearch"
     default_mixer_type = "full_attention"  # every layer's mixer when `mixer_types` is not given
+    partial_rotary_factor = None  # the rotary fraction when `rope_parameters` lacks one (None: the whole head)
     base_model_tp_plan = {
         "layers.*.self_attn.q_proj": "colwise",
         "layers.*.self_attn.k_proj": "colwise",
@@ -156,6 +162,10 @@ class ValueArchConfig(PreTrainedConfig):
     attnres_block_size: int | None = None
     value_route: str | None = None
     # --- axis 3: sequence mixer ---
+    # `mixer_types` and not transformers' `layer_types`: transformers checks `layer_types` against its own
+    # allow-list (ALLOWED_ATTN_LAYER_TYPES, which has no "kvm": such a config fails to save) and its mask and cache
+    # helpers dispatch on those values; our layers take mask, cache layer and module from
+    # cache_valuearch.SEQUENCE_MIXERS[mixer_types[i]] instead.
     mixer_types: list[str] | None = None
     sliding_window: int | None = None
     # --- KVM layers (mixer "kvm"; Goldstein & Cheah, arXiv:2605.09877; defaults: spec_kvm.md A.2-A.4, A.7) ---
@@ -387,96 +397,37 @@ class ValueArchConfig(PreTrainedConfig):
         return [1.0] if self.value_mix == "substitute" else [0.5, 0.5]
 
 
-# --- value paths: Bank of Values, ResFormer, SATFormer (spec_value_paths.md) -----------------------------
+# --- named architectures: one config class per preset, derived from its declaration in presets.py -------------
 
 
-class BovConfig(ValueArchConfig):
-    """Bank of Values (He et al., arXiv:2606.02780): the last third of the layers take their values from a
-    per-layer token-id table, v = gamma * E_V[token_id], with E_V aligned at init to W_V RMSNorm(e)."""
-
-    model_type = "bov"
-    value_source: str = "table"  # BoV §4: V replaced by a table lookup E_V[i_p]
-    value_mix: str = "substitute"  # BoV §4: "replaced"; registry gpt_base_v_from_value_emb_learn
-    value_coefficients: str = "learnable"  # BoV §4: gamma_v learnable, unbounded (learn_init_coeffs=True)
-    value_coefficient_init: list[float] | None = None  # -> [1.0]: BoV §4, gamma_v initialised to 1.0
-    value_layers: str | list[int] | None = "last_third"  # BoV §4: layer_idx >= (2 * n_layer) // 3
-
-
-class ResFormerConfig(ValueArchConfig):
-    """ResFormer (Zhou et al., arXiv:2410.17897): V_n' = lambda_1 V_1 + lambda_2 V_n in every layer n >= 2
-    (layer_idx >= 1), in the released identity form lambda_1 = lambda_2 = 0.5 (here: alpha = lambda_2, beta =
-    lambda_1). The learnable form is value_coefficients="learnable"."""
-
-    model_type = "resformer"
-    value_source: str = "v1"  # ResFormer Eq. 5: V_1 = H_0 W_V^1
-    value_mix: str = "add"  # ResFormer Eq. 5: lambda_1 V_1 + lambda_2 V_n
-    value_coefficients: str = "fixed"  # Value-Residual-Learning modeling_llama_resformer.py: constant 0.5 / 0.5
-    value_coefficient_init: list[float] | None = None  # -> [0.5, 0.5]: same file, `0.5*v1 + 0.5*v`
-    value_layers: str | list[int] | None = "all"  # same file: every layer after layer 0
+def preset_config_class(preset: Preset) -> type[ValueArchConfig]:
+    """`{class_prefix}Config`: a `ValueArchConfig` whose defaults are `preset.defaults`, registered as its own
+    `model_type` (transformers needs one config class per model type)."""
+    name = f"{preset.class_prefix}Config"
+    namespace = {"__module__": __name__, "__qualname__": name, "__annotations__": {},
+                 "model_type": preset.model_type, "__doc__": f"{preset.mechanism} ({preset.paper.title}, "
+                 f"arXiv:{preset.paper.arxiv}).\n\n{preset.summary}\n\nDefaults: {preset.defaults}"}
+    for field_name, value in preset.defaults.items():
+        if field_name in ValueArchConfig.__dataclass_fields__:
+            namespace["__annotations__"][field_name] = ValueArchConfig.__dataclass_fields__[field_name].type
+            # a list or dict default is given to every instance as its own copy
+            namespace[field_name] = (dataclasses.field(default_factory=lambda v=value: copy.deepcopy(v))
+                                     if isinstance(value, (list, dict)) else value)
+        elif hasattr(ValueArchConfig, field_name):  # a class-level setting such as default_mixer_type
+            namespace[field_name] = value
+        else:
+            raise ValueError(f"preset {preset.model_type!r} sets a default for {field_name!r}, which is neither a "
+                             "ValueArchConfig field nor a class-level setting of it")
+    return type(name, (ValueArchConfig,), namespace)
 
 
-class SatFormerConfig(ValueArchConfig):
-    """SATFormer (Gunasekaran et al., arXiv:2605.03953): V' = V + ReLU(h W_alpha) V1 in every layer >= 1, one
-    gate per token and KV head."""
+# model_type -> config class; the named ones are module-level names (BovConfig, ...) because a saved checkpoint's
+# `auto_map` names them, e.g. "configuration_valuearch.BovConfig".
+CONFIG_CLASSES: dict[str, type[ValueArchConfig]] = {
+    model_type: preset_config_class(preset) if model_type != ValueArchConfig.model_type else ValueArchConfig
+    for model_type, preset in PRESETS.items()
+}
+globals().update({config_class.__name__: config_class for config_class in CONFIG_CLASSES.values()})
 
-    model_type = "satformer"
-    value_source: str = "v1"  # SATFormer Eq. 3: V1 = layer 0's raw v_proj output
-    value_mix: str = "relu_gate"  # SATFormer Eq. 3, ValueResidualMixing(gate="relu"), the default gate
-    value_coefficients: str = "learnable"  # W_alpha = Linear(hidden, num_kv_heads, bias=False), trained
-    value_layers: str | list[int] | None = "all"  # SATFormer repo default: every layer > 0 (value_residual_last_k unset)
-    qk_norm: str = "rmsnorm"  # SATFormer configs: qk_norm=True (fla RMSNorm)
-    qk_norm_eps: float | None = 1e-5  # attn_satformer.py: q/k RMSNorm(head_dim) at fla's default eps; norm_eps 1e-6 elsewhere
-    tie_word_embeddings: bool = True  # SATFormer configs: tied embeddings
-
-
-# ===========================================================================================
-# KVM: Key-Value Means (Goldstein & Cheah, arXiv:2605.09877; spec_kvm.md)
-# ===========================================================================================
-
-
-class KvmConfig(ValueArchConfig):
-    """Every layer is a KVM layer with a fixed 256-slot state (the paper's `kvm_wd.yaml`, spec_kvm.md A.4, A.7).
-
-    The other `kvm_*` defaults of the base config are the paper's (spec A.2, A.7). From the paper's attention
-    block the preset takes what the mechanism depends on: per-head LayerNorm of q and k (`ln_q`, `ln_k`,
-    spec A.1) and partial RoPE over the first half of each head (`rope_partial_dim=64` of 128, spec A.1),
-    whose rotary half the state keys zero, with the paper's frequencies (1/θ)^linspace(0, 1, n), θ = 10000
-    (rope_type "linspace", unless `rope_parameters` is given).
-    """
-
-    model_type = "kvm"
-    default_mixer_type = "kvm"
-    partial_rotary_factor = 0.5  # spec A.1: rope_partial_dim 64 of d_head 128 (read when rope_parameters lacks it)
-
-    def __post_init__(self, **kwargs):
-        if self.rope_parameters is None:  # rwkv7_backbone.py RotaryEmbedding; rope_theta 10000 (configs/prolong)
-            self.rope_parameters = {"rope_type": "linspace"}
-        super().__post_init__(**kwargs)
-    qk_norm: str = "layernorm"  # spec A.1: per-head LayerNorm on q and k
-    qk_norm_eps: float | None = 1e-5  # value_residual_mixin.py: ln_q, ln_k = nn.LayerNorm(d_head), eps 1e-5
-
-
-# --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
-
-
-class AttnResConfig(ValueArchConfig):
-    """Block Attention Residuals (Kimi Team, arXiv:2603.15031)."""
-
-    model_type = "attnres"
-    depth_routing: str = "block_attnres"
-    # S = 4 sublayers: Table 4's Block AttnRes (S = 2, 4, 8 tie); N = 8 blocks for 16 layers ("N ≈ 8", §3.2).
-    attnres_block_size: int | None = 4
-
-
-class RdAttnResConfig(ValueArchConfig):
-    """Role-Decoupled Attention Residuals (Wang, arXiv:2608.01075) over Block AttnRes."""
-
-    model_type = "rd_attnres"
-    depth_routing: str = "rd_attnres"
-    # The RD-AttnRes abstract does not give the parent's block size; the Block AttnRes default (S = 4, Table 4).
-    attnres_block_size: int | None = 4
-    # "learning an independent value route" (RD-AttnRes abstract); the controls are the other values.
-    value_route: str | None = "learned"
-
-
-__all__ = ["ValueArchConfig", "BovConfig", "ResFormerConfig", "SatFormerConfig", "KvmConfig", "AttnResConfig", "RdAttnResConfig"]
+__all__ = ["ValueArchConfig", "CONFIG_CLASSES",
+           *(config_class.__name__ for config_class in CONFIG_CLASSES.values() if config_class is not ValueArchConfig)]

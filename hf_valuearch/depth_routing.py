@@ -23,11 +23,13 @@ Routings (config.depth_routing):
   are the embedding b_0, the disjoint sums b_1..b_{n-1} of the sublayer outputs of each completed block
   and the partial sum of the current block; every sublayer reads a softmax over depth
   h = Σ_j α_j v_j, α = softmax_j(w · RMSNorm(v_j)) (Eq. 2-3; fp32 softmax, no 1/sqrt(d)), with its own
-  zero-initialised pseudo-query w and key RMSNorm. Blocks are `config.attnres_block_size` sublayers long
-  (an attention or MLP sublayer counts as one), scheduled as in Megatron-LM's `attention_residual.py`:
-  the depth state (*sources, partial) starts as (embedding,), the partial sum alone; a sublayer that
-  starts a block appends the partial sum to the sources and starts a new partial sum with its output. A final read before the
-  final norm aggregates all sources.
+  zero-initialised pseudo-query w and key RMSNorm. `depth_read_reference` computes it as written (by autograd);
+  `depth_read`, the default, fuses it with the sublayer's pre-norm and a hand-written backward; the tests compare
+  the two and `use_reference_depth_read(model)` switches a model to the reference. Blocks are
+  `config.attnres_block_size` sublayers long (an attention or MLP sublayer counts as one), scheduled as in
+  Megatron-LM's `attention_residual.py`: the depth state (*sources, partial) starts as (embedding,), the partial
+  sum alone; a sublayer that starts a block appends the partial sum to the sources and starts a new partial sum
+  with its output. A final read before the final norm aggregates all sources.
 * "rd_attnres": Role-Decoupled AttnRes (Wang, arXiv:2608.01075): the attention-side read splits into a
   Q/K route and a V route over the same sources and key norm; Q and K are projected from the Q/K-route
   mixture, V from the V-route mixture. The MLP-side and final reads are unchanged. `config.value_route`
@@ -44,6 +46,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from .functional import rms_norm
 
 ATTNRES_ROUTINGS = ("block_attnres", "rd_attnres")
 
@@ -146,27 +150,38 @@ def depth_read(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.M
     Returns the normalised mixtures (a list of k, or 1, [B, T, D] in the values' dtype) and the depth weights
     α [n, B, T, k] (float32 or float64, detached).
     """
+    if torch.compiler.is_compiling():  # the compiler fuses the formula itself (and dynamo cannot trace the Function)
+        return depth_read_reference(values, queries, key_norm, norm, average_mixtures)
     # the values' device: with a device map, the final read's module may sit elsewhere than the last layer
     device, compute_dtype = values[0].device, torch.promote_types(values[0].dtype, torch.float32)
     folded = queries.to(device, compute_dtype) * key_norm.weight.to(device, compute_dtype)  # [k, D]
     norm_weight = norm.weight.to(device) if norm.weight is not None else values[0].new_ones(values[0].shape[-1])
-    if torch.compiler.is_compiling():  # the compiler fuses the formula itself (and dynamo cannot trace the Function)
-        return _traced_depth_read(values, folded, key_norm.eps, norm_weight, norm.variance_epsilon, average_mixtures)
     *outputs, alpha = _DepthSoftmaxMixNorm.apply(
         folded, key_norm.eps, norm_weight, norm.variance_epsilon, average_mixtures, *values
     )
     return outputs, alpha
 
 
-def _traced_depth_read(values, queries, eps: float, norm_weight, norm_eps: float, average_mixtures: bool):
-    """`_DepthSoftmaxMixNorm`'s forward in plain autograd ops, for torch.compile and torch.export."""
-    stacked = torch.stack(values).to(queries.dtype)  # [n, B, T, D]
-    keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + eps)
-    alpha = torch.softmax(keys @ queries.T, dim=0)  # [n, B, T, k]
-    weights = alpha.mean(-1, keepdim=True) if average_mixtures else alpha
-    mixed = torch.einsum("nbtk,nbtd->kbtd", weights, stacked)  # [k_out, B, T, D]
-    normalised = (mixed * torch.rsqrt(mixed.pow(2).mean(-1, keepdim=True) + norm_eps)).to(values[0].dtype)
-    return [norm_weight * normalised_q for normalised_q in normalised], alpha.detach()
+def depth_read_reference(values: list[torch.Tensor], queries: torch.Tensor, key_norm: nn.Module, norm: nn.Module,
+                         average_mixtures: bool = False):
+    """`depth_read` as the paper writes it, differentiated by autograd: the reference the fused read is tested
+    against (`use_reference_depth_read` switches a model to it), and what torch.compile / torch.export trace.
+    Same arguments, results and precision.
+
+    For pseudo-query w and sources v_j (AttnRes Eq. 2-3; no 1/sqrt(d) scaling):
+        α_j = softmax_j(w · RMSNorm(v_j))   (Eq. 2, the key RMSNorm with its weight γ)
+        h = Σ_j α_j v_j                       (Eq. 3)
+    then the reading sublayer's pre-norm, out = norm(h).
+    """
+    device, compute_dtype = values[0].device, torch.promote_types(values[0].dtype, torch.float32)
+    sources = torch.stack([v.to(compute_dtype) for v in values])  # v_j: [n, B, T, D]
+    keys = rms_norm(sources, key_norm.eps, compute_dtype) * key_norm.weight.to(device, compute_dtype)  # [n, B, T, D]
+    alpha = torch.softmax(keys @ queries.to(device, compute_dtype).T, dim=0)  # Eq. 2: [n, B, T, k]
+    weights = alpha.mean(-1, keepdim=True) if average_mixtures else alpha  # the mean of the k mixtures, or each
+    mixtures = torch.einsum("nbtk,nbtd->kbtd", weights, sources)  # Eq. 3: h [k, B, T, D]
+    normalised = rms_norm(mixtures, norm.variance_epsilon, compute_dtype).to(values[0].dtype)
+    outputs = [h if norm.weight is None else norm.weight.to(device) * h for h in normalised]
+    return outputs, alpha.detach()
 
 
 # --- standard residual ---------------------------------------------------------------------------------
@@ -213,6 +228,16 @@ class DepthKeyRMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.eps}"
 
 
+class _DepthReading:
+    """Which depth read a router uses: the fused `depth_read`, or the paper's `depth_read_reference` once
+    `use_reference_depth_read(model)` set `reference_read`."""
+
+    reference_read = False
+
+    def _depth_read(self, *args, **kwargs):
+        return (depth_read_reference if self.reference_read else depth_read)(*args, **kwargs)
+
+
 class _DepthRecording:
     """Opt-in record of the last forward's depth weights (detached, per token) for `diagnostics()`."""
 
@@ -242,7 +267,7 @@ def jensen_shannon(p: torch.Tensor, q: torch.Tensor, dim: int = 0) -> torch.Tens
     return 0.5 * (torch.xlogy(p, p) - torch.xlogy(p, m) + torch.xlogy(q, q) - torch.xlogy(q, m)).sum(dim)
 
 
-class BlockAttnResRouter(_DepthRecording, nn.Module):
+class BlockAttnResRouter(_DepthReading, _DepthRecording, nn.Module):
     """Depth router of one decoder layer for Block AttnRes and RD-AttnRes (see the module docstring).
 
     depth_state = (*sources, partial): the sources [B, T, D] (embedding, then completed block sums), then
@@ -290,8 +315,8 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
         # Every read sees sources + partial: at a block start that is Eq. 6's [b_0, ..., b_{n-1}] (the
         # partial is the completed block, which the following write turns into a source).
         average = self.value_route == "average"  # ½(h_QK + h_V) feeds Q, K and V
-        mixed, alpha = depth_read(list(depth_state), self._attention_queries(), self.attn_route_key_norm, norm,
-                                  average_mixtures=average)
+        mixed, alpha = self._depth_read(list(depth_state), self._attention_queries(), self.attn_route_key_norm, norm,
+                                        average_mixtures=average)
         self._record("attention_qk", alpha[..., 0])
         if self.value_route is None:
             return mixed[0], None
@@ -299,7 +324,8 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
         return mixed[0], None if average else mixed[1]
 
     def read_mlp(self, hidden_states, depth_state, norm):
-        mixed, alpha = depth_read(list(depth_state), self.mlp_route_query.unsqueeze(0), self.mlp_route_key_norm, norm)
+        mixed, alpha = self._depth_read(list(depth_state), self.mlp_route_query.unsqueeze(0), self.mlp_route_key_norm,
+                                        norm)
         self._record("mlp", alpha[..., 0])
         return mixed[0]
 
@@ -331,7 +357,7 @@ class BlockAttnResRouter(_DepthRecording, nn.Module):
         return report
 
 
-class BlockAttnResReadout(_DepthRecording, nn.Module):
+class BlockAttnResReadout(_DepthReading, _DepthRecording, nn.Module):
     """Model-level ends of (RD-)AttnRes: the state starts as (embedding,) (no source yet, the embedding as the
     partial sum); the final read aggregates all sources with its own pseudo-query before the final norm
     (paper §3.2)."""
@@ -350,8 +376,8 @@ class BlockAttnResReadout(_DepthRecording, nn.Module):
         return embeddings, (embeddings,)
 
     def finish(self, hidden_states, depth_state, norm) -> torch.Tensor:
-        mixed, alpha = depth_read(list(depth_state), self.final_route_query.unsqueeze(0), self.final_route_key_norm,
-                                  norm)
+        query = self.final_route_query.unsqueeze(0)
+        mixed, alpha = self._depth_read(list(depth_state), query, self.final_route_key_norm, norm)
         self._record("final", alpha[..., 0])
         return mixed[0]
 
@@ -386,6 +412,14 @@ def record_depth_routes(model: nn.Module, enabled: bool = True):
         if isinstance(module, _DepthRecording):
             module.record_routes = enabled
             module.recorded_routes = {}
+
+
+def use_reference_depth_read(model: nn.Module, enabled: bool = True):
+    """Make every depth read of `model` use `depth_read_reference` (the paper's formula by autograd) instead of
+    the fused `depth_read`, or go back to it with `enabled=False`; both compute the same function."""
+    for module in model.modules():
+        if isinstance(module, _DepthReading):
+            module.reference_read = enabled
 
 
 @torch.no_grad()

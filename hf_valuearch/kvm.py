@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .functional import repeat_kv
+
 
 @dataclass
 class KVMState:
@@ -333,8 +335,3 @@ def lower_right_causal_mask(num_queries: int, num_keys: int, device: torch.devic
 def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """x [B, H, T, D], index [B, H, n] -> [B, H, n, D]."""
     return x.gather(2, index.unsqueeze(-1).expand(-1, -1, -1, x.shape[-1]))
-
-
-def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
-    """[B, H_kv, T, D] -> [B, H_kv * groups, T, D]."""
-    return x if groups == 1 else x.repeat_interleave(groups, dim=1)

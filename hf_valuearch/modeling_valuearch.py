@@ -8,8 +8,9 @@ The axes plug in at three places:
   x0 W_V or V1; see value_paths.py) and decides what the cache keeps; `ValueArchModel.forward` threads the
   per-forward value context (token ids, x0, V1) through the layers;
 * depth routing: `ValueArchDecoderLayer.router` decides what each sublayer reads and where its output goes;
-* sequence mixer: `config.mixer_types[layer_idx]` selects the attention mask and cache layer; mixers in
-  `SEQUENCE_MIXERS` (KVM) replace the attention interface and read/write their own cache layer.
+* sequence mixer: `config.mixer_types[layer_idx]` names a declaration in `cache_valuearch.SEQUENCE_MIXERS`: the
+  layer's attention mask, cache layer and, for mixers with a module (KVM), the module replacing the attention
+  interface, which reads and writes its own cache layer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin, GenerationMode
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
@@ -32,19 +32,11 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .cache_valuearch import KVMCacheLayer, ValueArchCache, check_cache
+from .cache_valuearch import SEQUENCE_MIXERS, KVMCacheLayer, ValueArchCache, check_cache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
-from .configuration_valuearch import (
-    AttnResConfig,
-    BovConfig,
-    KvmConfig,
-    RdAttnResConfig,
-    ResFormerConfig,
-    SatFormerConfig,
-    ValueArchConfig,
-)
+from .configuration_valuearch import CONFIG_CLASSES, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
-from .kvm import KVMMixer, kvm_padding_mask
+from .functional import repeat_kv, rms_norm
 from .value_paths import (
     ValueContext,
     align_value_tables,
@@ -67,13 +59,8 @@ class ValueArchRMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        if self.weight is None:
-            return hidden_states.to(input_dtype)
-        return self.weight * hidden_states.to(input_dtype)
+        normed = rms_norm(hidden_states, self.variance_epsilon)
+        return normed if self.weight is None else self.weight * normed
 
     def extra_repr(self):
         return f"{self.hidden_size}, eps={self.variance_epsilon}, weight={self.weight is not None}"
@@ -189,15 +176,6 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     return rotate(q), rotate(k)
 
 
-def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """[B, H_kv, T, D] -> [B, H_kv * n_rep, T, D]."""
-    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
-    if n_rep == 1:
-        return hidden_states
-    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
-    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
-
-
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """softmax(Q K^T * scaling + mask) V, in float32 softmax; returns [B, T, H, D] and the weights."""
     key_states = repeat_kv(key, module.num_key_value_groups)
@@ -238,11 +216,6 @@ class ValueArchMLP(nn.Module):
         return self.down_proj(F.relu(self.up_proj(x)).square())
 
 
-# Mixer types whose module replaces the attention interface: (config, layer_idx) -> module with
-# forward(q [B,H,T,D], k, v [B,H_kv,T,D], attention input [B,T,hidden], mask, cache) -> [B,T,H,D].
-SEQUENCE_MIXERS = {"kvm": KVMMixer}
-
-
 class ValueArchAttention(nn.Module):
     """Multi-head attention with GQA, optional q/k norm, (partial) RoPE and a pluggable value path."""
 
@@ -269,8 +242,8 @@ class ValueArchAttention(nn.Module):
         self.k_norm = build_head_norm(config)
         self.qk_scale = config.qk_scale  # nanochat: q, k *= 1.2 after the q/k-norm
         self.value_path = build_value_path(config, layer_idx)
-        mixer_class = SEQUENCE_MIXERS.get(self.mixer_type)
-        self.sequence_mixer = mixer_class(config, layer_idx) if mixer_class is not None else None
+        mixer_module = SEQUENCE_MIXERS[self.mixer_type].module
+        self.sequence_mixer = mixer_module(config, layer_idx) if mixer_module is not None else None
 
     def forward(
         self,
@@ -384,7 +357,6 @@ class ValueArchPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = True  # torch.compile(fullgraph=True) and torch.export trace every forward (KVM: see below)
     _can_record_outputs = {"hidden_states": ValueArchDecoderLayer, "attentions": ValueArchAttention}
 
     def _init_weights(self, module):
@@ -414,6 +386,12 @@ class ValueArchPreTrainedModel(PreTrainedModel):
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         resize_value_tables(self if isinstance(self, ValueArchModel) else self.model, embeddings.num_embeddings)
         return embeddings
+
+    @property
+    def _can_compile_fullgraph(self) -> bool:
+        """Whether torch.compile(fullgraph=True) and torch.export trace every forward in one graph: yes unless a
+        layer's sequence mixer says otherwise (`SequenceMixer.compiles_fullgraph`; KVM's padded batches split)."""
+        return all(SEQUENCE_MIXERS[mixer].compiles_fullgraph for mixer in set(self.config.mixer_types))
 
     def valuearch_diagnostics(self) -> dict[str, dict]:
         """Every mechanism's diagnostics, `{module name: module.diagnostics()}`.
@@ -450,11 +428,9 @@ class ValueArchModel(ValueArchPreTrainedModel):
         self.post_init()
 
     def _attention_masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
-        """One mask per attention mixer type present in the model."""
-        mask_builders = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask,
-                         "kvm": kvm_padding_mask}
+        """One mask per sequence mixer present in the model."""
         return {
-            mixer: mask_builders[mixer](self.config, inputs_embeds, attention_mask, cache, position_ids)
+            mixer: SEQUENCE_MIXERS[mixer].mask(self.config, inputs_embeds, attention_mask, cache, position_ids)
             for mixer in set(self.config.mixer_types)
         }
 
@@ -622,77 +598,30 @@ def init_nanochat_weights(model: ValueArchPreTrainedModel):
             init.normal_(module.lm_head.weight, mean=0.0, std=0.001)
 
 
-# --- value paths: Bank of Values, ResFormer, SATFormer (value_paths.py) -----------------------------------
+# --- named architectures: two model classes per preset, derived from its config class (presets.py) ---------
 
 
-class BovModel(ValueArchModel):
-    config_class = BovConfig
+def preset_model_classes(config_class: type[ValueArchConfig]) -> tuple[type[ValueArchModel],
+                                                                        type[ValueArchForCausalLM]]:
+    """`{class_prefix}Model` and `{class_prefix}ForCausalLM` of a preset's config class (transformers maps one
+    model class per config class)."""
+    prefix = config_class.__name__.removesuffix("Config")
+    model_class = type(f"{prefix}Model", (ValueArchModel,), {
+        "__module__": __name__, "config_class": config_class, "__doc__": f"{ValueArchModel.__doc__} ({prefix})"})
+    lm_class = type(f"{prefix}ForCausalLM", (ValueArchForCausalLM,), {
+        "__module__": __name__, "config_class": config_class, "base_model_class": model_class,
+        "__doc__": f"{ValueArchForCausalLM.__doc__} ({prefix})"})
+    return model_class, lm_class
 
 
-class BovForCausalLM(ValueArchForCausalLM):
-    config_class = BovConfig
-    base_model_class = BovModel
+# model_type -> (base model class, causal-LM class); the named ones are module-level names (BovModel,
+# BovForCausalLM, ...) because a saved checkpoint's `auto_map` names them, e.g. "modeling_valuearch.BovForCausalLM".
+MODEL_CLASSES: dict[str, tuple[type[ValueArchModel], type[ValueArchForCausalLM]]] = {
+    model_type: (ValueArchModel, ValueArchForCausalLM) if config_class is ValueArchConfig
+    else preset_model_classes(config_class)
+    for model_type, config_class in CONFIG_CLASSES.items()
+}
+globals().update({cls.__name__: cls for classes in MODEL_CLASSES.values() for cls in classes})
 
-
-class ResFormerModel(ValueArchModel):
-    config_class = ResFormerConfig
-
-
-class ResFormerForCausalLM(ValueArchForCausalLM):
-    config_class = ResFormerConfig
-    base_model_class = ResFormerModel
-
-
-class SatFormerModel(ValueArchModel):
-    config_class = SatFormerConfig
-
-
-class SatFormerForCausalLM(ValueArchForCausalLM):
-    config_class = SatFormerConfig
-    base_model_class = SatFormerModel
-
-
-# ==================================================================================================
-# KVM: Key-Value Means (kvm.py)
-# ==================================================================================================
-
-
-class KvmModel(ValueArchModel):
-    config_class = KvmConfig
-    # Unpadded batches trace in one graph; padded ones run each sequence on its own tokens (a data-dependent split).
-    _can_compile_fullgraph = False
-
-
-class KvmForCausalLM(ValueArchForCausalLM):
-    config_class = KvmConfig
-    base_model_class = KvmModel
-    _can_compile_fullgraph = False
-
-
-# --- depth routing: Block AttnRes and RD-AttnRes -----------------------------------------------------
-
-
-class AttnResModel(ValueArchModel):
-    config_class = AttnResConfig
-
-
-class AttnResForCausalLM(ValueArchForCausalLM):
-    config_class = AttnResConfig
-    base_model_class = AttnResModel
-
-
-class RdAttnResModel(ValueArchModel):
-    config_class = RdAttnResConfig
-
-
-class RdAttnResForCausalLM(ValueArchForCausalLM):
-    config_class = RdAttnResConfig
-    base_model_class = RdAttnResModel
-
-
-__all__ = [
-    "ValueArchPreTrainedModel", "ValueArchModel", "ValueArchForCausalLM",
-    "BovModel", "BovForCausalLM", "ResFormerModel", "ResFormerForCausalLM", "SatFormerModel", "SatFormerForCausalLM",
-    "KvmModel", "KvmForCausalLM",
-    "AttnResModel", "AttnResForCausalLM", "RdAttnResModel", "RdAttnResForCausalLM",
-]
+__all__ = ["ValueArchPreTrainedModel", "MODEL_CLASSES",
+           *(cls.__name__ for classes in MODEL_CLASSES.values() for cls in classes)]

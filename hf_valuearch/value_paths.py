@@ -6,13 +6,19 @@ SATFormer = arXiv:2605.03953):
 * "table": V~ = E_V[token_id], one |V| x kv_dim table per layer (BoV Eq. 4);
 * "x0":    V~ = RMSNorm(e) W_V with the layer's own W_V (BoV Table 1, "x0 W_V");
 * "v1":    V~ = V1, layer 0's raw values h_0 W_V^1 (ResFormer / SVFormer);
-* "residual": V~ = V itself (BoV Table 1 row 2, a learnable scale gamma * V).
+* "residual": V~ = V itself, the values of the residual stream (BoV Table 1 row 2, a learnable scale gamma * V).
 
 Mixing rules, with V = h W_V the layer's own values:
 
 * "substitute": V' = gamma * V~ (V is not computed; with V~ from a table or V1 the layer holds no W_V);
 * "add":        V' = alpha * V + beta * V~ (ResFormer: alpha = lambda_2, beta = lambda_1);
 * "relu_gate":  V' = V + ReLU(h W_alpha) * V1, one gate per token and KV head (SATFormer Eq. 3).
+
+"Residual" always means the residual stream h here (the layer's normed input; its depth mixture under AttnRes):
+value_source="residual", `residual_values` (V = h W_V) and `residual_scale` (alpha, V's coefficient) all name
+values computed from it. ResFormer's "value residual" (its paper's name, Eq. 5: V_n' = lambda_1 V_1 +
+lambda_2 V_n) is value_source="v1" with value_mix="add": lambda_1 = `source_scale` (beta, on V1) and lambda_2 =
+`residual_scale` (alpha, on V_n); `value_coefficient_init` lists [lambda_2, lambda_1].
 
 A layer's value path is called by `ValueArchAttention` as `value_path(value_input, v_proj, value_context)`
 and, when a generation cache is given, `value_path.update_cache(...)` decides what is cached: table layers
@@ -31,11 +37,12 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from .functional import rms_norm
+
 
 def token_x0(embeddings: torch.Tensor, eps: float) -> torch.Tensor:
     """x0 = RMSNorm(e), parameter-free, computed in float32 (BoV: `norm(x0)`). [..., D] -> same."""
-    x = embeddings.float()
-    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(embeddings.dtype)
+    return rms_norm(embeddings, eps)
 
 
 @dataclass
@@ -81,7 +88,7 @@ def caches_token_ids(config, layer_idx: int) -> bool:
             and layer_idx in config.value_layer_indices)
 
 
-class ResidualValues(nn.Module):
+class StandardValues(nn.Module):
     """Standard attention values, V = h W_V (Vaswani et al., 2017)."""
 
     def __init__(self, config, layer_idx: int):
@@ -100,7 +107,7 @@ class ResidualValues(nn.Module):
         return cache.update(key_states, value_states, layer_idx)
 
 
-class FirstLayerValues(ResidualValues):
+class FirstLayerValues(StandardValues):
     """Layer 0 when later layers read V1: standard values, also handed on as V1 = h_0 W_V^1 (before any mixing)."""
 
     def forward(self, value_input, v_proj, value_context=None):
@@ -109,7 +116,7 @@ class FirstLayerValues(ResidualValues):
         return values
 
 
-class MixedValues(ResidualValues):
+class MixedValues(StandardValues):
     """V' = gamma * V~ ("substitute") or alpha * V + beta * V~ ("add"), V~ from `config.value_source`.
 
     Coefficients are unbounded scalars, learnable (`nn.Parameter`: value_scale = gamma, residual_scale = alpha,
@@ -180,7 +187,7 @@ class MixedValues(ResidualValues):
         return {name: float(torch.as_tensor(getattr(self, name)).detach()) for name in self.coefficient_names}
 
 
-class GatedV1Values(ResidualValues):
+class GatedV1Values(StandardValues):
     """SATFormer: V' = V + ReLU(h W_alpha) * V1 (arXiv:2605.03953 Eq. 3), alpha: [B, T, H_kv].
 
     `v1_gate` is W_alpha = Linear(hidden, H_kv, bias=False), initialised N(0, initializer_range) like every
@@ -222,7 +229,7 @@ def build_value_path(config, layer_idx: int) -> nn.Module:
         return GatedV1Values(config, layer_idx) if config.value_mix == "relu_gate" else MixedValues(config, layer_idx)
     if layer_idx == 0 and config.value_source == "v1":
         return FirstLayerValues(config, layer_idx)
-    return ResidualValues(config, layer_idx)
+    return StandardValues(config, layer_idx)
 
 
 def value_table_paths(model) -> dict[int, MixedValues]:

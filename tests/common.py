@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import runpy
 import sys
 from pathlib import Path
@@ -73,6 +74,26 @@ def prefill_then_decode(model, ids: torch.Tensor, prefix: int) -> tuple[torch.Te
             cache = output_cache(out)
             steps.append(out.logits)
     return full, torch.cat(steps, dim=1)
+
+
+@contextlib.contextmanager
+def counting_layer_runs(model):
+    """While open, counts per decoder layer how often its body runs: once per forward, and once more in backward
+    when gradient checkpointing recomputes the layer. Counted as calls of the layer's MLP (inside the checkpointed
+    forward), before it runs: the recompute stops early, inside the MLP, once it has what backward needs."""
+    runs = [0] * len(model.model.layers)
+
+    def counter(layer_idx):
+        def count(module, args):
+            runs[layer_idx] += 1
+        return count
+
+    handles = [layer.mlp.register_forward_pre_hook(counter(i)) for i, layer in enumerate(model.model.layers)]
+    try:
+        yield runs
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def left_pad(prompts, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +21,7 @@ from hf_valuearch.modeling_valuearch import ValueArchRMSNorm
 from tests.common import random_ids, tiny_config, tiny_model
 
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "depth_routing"
 
 
 def naive_depth_read(values, query, key_norm_weight, eps):
@@ -427,19 +428,19 @@ def test_config_validation():
 EXPECTED_SIZES = {"120m": 120e6, "343m": 343e6}
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob("configs/depth_routing/*.json")))
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.json")), ids=lambda path: path.stem)
 def test_config_files_load(path):
-    fields = json.load(open(path))
+    fields = json.loads(path.read_text())
     config_class, _, lm_class = MODEL_TYPES[fields.pop("model_type")]
     config = config_class(**fields)
     with torch.device("meta"):
         model = lm_class(config)
-    size = next((s for key, s in EXPECTED_SIZES.items() if key in path), None)
+    size = next((s for key, s in EXPECTED_SIZES.items() if key in path.name), None)
     if size is not None:  # within 1.5% of the paper's stated size
         assert abs(sum(p.numel() for p in model.parameters()) - size) / size < 0.015
 
 
 def test_config_files_present():
-    names = {path.split("/")[-1] for path in glob.glob("configs/depth_routing/*.json")}
+    names = {path.name for path in CONFIG_DIR.glob("*.json")}
     for model_type in ("attnres", "rd_attnres"):
         assert {f"{model_type}_{size}.json" for size in ("120m", "343m", "tiny")} <= names

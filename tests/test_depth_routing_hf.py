@@ -15,7 +15,7 @@ from hf_valuearch.conversion.depth_routing import attnres_to_rd_attnres
 from hf_valuearch.training.depth_logging import DepthRouteLoggingCallback
 from hf_valuearch.depth_routing import record_depth_routes
 from scripts.convert import main as convert_main
-from tests.common import TINY, prefill_then_decode, random_ids, tiny_model
+from tests.common import TINY, counting_layer_runs, prefill_then_decode, random_ids, tiny_model
 from tests.test_depth_routing import randomize_routes
 from tests.test_training import RepeatedSequences
 
@@ -43,7 +43,9 @@ def test_gradient_checkpointing_same_gradients_with_trained_routes():
         model = randomize_routes(tiny_model("rd_attnres", attnres_block_size=3), scale=0.5).train()
         if checkpointing:
             model.gradient_checkpointing_enable()
-        model(ids, labels=ids).loss.backward()
+        with counting_layer_runs(model) as runs:
+            model(ids, labels=ids).loss.backward()
+        assert runs == [2 if checkpointing else 1] * model.config.num_hidden_layers  # backward recomputed each layer
         return {name: p.grad for name, p in model.named_parameters()}
 
     plain, checkpointed = gradients(False), gradients(True)

@@ -145,3 +145,19 @@ def test_nanochat_v1_add_every_other_layer():
     assert config.value_layer_indices == [1, 3]
     value_path = model.model.layers[3].self_attn.value_path
     assert (value_path.residual_scale.item(), value_path.source_scale.item()) == pytest.approx((0.6, 1.3))
+
+
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
+def test_empty_or_foreign_folder_is_a_one_line_error(tmp_path, format_name):
+    for contents in ({}, {"notes.txt": "not a checkpoint"}):
+        source = tmp_path / f"source{len(contents)}"
+        source.mkdir()
+        for name, text in contents.items():
+            (source / name).write_text(text)
+        with pytest.raises(SystemExit) as exit_info:
+            run_script("convert", "--from", format_name, "--input", str(source), "--output", str(tmp_path / "out"))
+        error = exit_info.value.code
+        assert isinstance(error, str) and "\n" not in error and str(source) in error
+    with pytest.raises(SystemExit) as exit_info:
+        run_script("convert", "--from", format_name, "--input", str(tmp_path / "nowhere"), "--output", str(tmp_path / "out"))
+    assert "is not a directory" in exit_info.value.code

@@ -6,7 +6,7 @@ from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
 
 from hf_valuearch import MODEL_TYPES
-from tests.common import random_ids, tiny_model
+from tests.common import counting_layer_runs, random_ids, tiny_model
 
 
 class RepeatedSequences(Dataset):
@@ -44,7 +44,9 @@ def test_gradient_checkpointing_gives_same_gradients(model_type):
         model = tiny_model(model_type).train()
         if checkpointing:
             model.gradient_checkpointing_enable()
-        model(ids, labels=ids).loss.backward()
+        with counting_layer_runs(model) as runs:
+            model(ids, labels=ids).loss.backward()
+        assert runs == [2 if checkpointing else 1] * model.config.num_hidden_layers  # backward recomputed each layer
         return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
     plain, checkpointed = gradients(False), gradients(True)

@@ -7,7 +7,7 @@ from transformers import initialization as init
 
 from hf_valuearch import MODEL_TYPES, BovConfig, ResFormerConfig, SatFormerConfig, force_v1_gates
 from hf_valuearch.value_paths import ValueContext, build_value_path, token_x0
-from tests.common import random_ids, tiny_config, tiny_model
+from tests.common import counting_layer_runs, random_ids, tiny_config, tiny_model
 
 # --- config -----------------------------------------------------------------------------------------------
 
@@ -258,7 +258,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
             model = tiny_model(model_type, **overrides).train()
             if checkpointing:
                 model.gradient_checkpointing_enable()
-            model(ids, labels=ids).loss.backward()
+            with counting_layer_runs(model) as runs:
+                model(ids, labels=ids).loss.backward()
+            assert runs == [2 if checkpointing else 1] * model.config.num_hidden_layers  # the recompute happened
             grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
         assert grads[0].keys() == grads[1].keys()
         assert any("value_path" in name for name in grads[0]), model_type

@@ -18,10 +18,9 @@ from string import Template
 import torch
 from huggingface_hub import EvalResult, ModelCardData
 
-from .. import MODEL_TYPES
+from .. import MODEL_TYPES, PRESETS
 from ..cache_valuearch import cache_bytes_per_token
 from ..configuration_valuearch import ValueArchConfig
-from ..presets import PRESETS
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "model_cards"
 # What produced the checkpoint: the training run's metrics (data, steps, losses) or a conversion's source, as

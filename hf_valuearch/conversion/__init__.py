@@ -3,8 +3,9 @@
 `convert(model, target)` returns a new model of architecture `target`. A Llama source is first
 converted to the standard `valuearch` decoder (same parameter names, config renamed field by field:
 identical logits); each architecture's converter then starts from a standard `valuearch` model.
-Every target declares when its conversion is exact by construction (`Conversion.exact`), and
-`logit_difference` measures it on a fixed probe batch.
+The targets are "llama" and every preset, whose declaration (`presets.py`) names its converter and says when
+the conversion is exact by construction (`Conversion.exact`); `logit_difference` measures it on a fixed probe
+batch.
 
 `FORMATS` reads checkpoints written by the papers' own code (one module per format, `*_checkpoints.py`);
 `convert_paper_checkpoint(format, directory)` returns the equivalent hf_valuearch model, or raises ValueError
@@ -13,6 +14,7 @@ naming the feature it cannot represent. `scripts/convert.py` is the command-line
 
 from __future__ import annotations
 
+import importlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,17 +24,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from .. import MODEL_TYPES
+from .. import MODEL_TYPES, PRESETS
 from ..cards import write_model_card
 from ..configuration_valuearch import ValueArchConfig
 from ..modeling_valuearch import ValueArchForCausalLM
 from .common import carried_fields, copy_weights
-from .depth_routing import to_rd_attnres, valuearch_to_attnres
 from .fla_checkpoints import load_fla_attnres
-from .kvm import llama_to_kvm
 from .nanochat_checkpoints import load_nanochat
 from .satformer_checkpoints import load_satformer
-from .value_paths import to_bov, to_resformer, to_satformer
 
 # Fields that only valuearch has (decoder options and the three axes): all must be at their defaults for Llama.
 VALUEARCH_OPTION_FIELDS = sorted(set(ValueArchConfig.__dataclass_fields__) - set(LlamaConfig.__dataclass_fields__))
@@ -69,46 +68,21 @@ class Conversion(NamedTuple):
     note: str
 
 
-def _always(config) -> bool:
-    return True
+def to_valuearch(model: ValueArchForCausalLM) -> ValueArchForCausalLM:
+    """The standard valuearch decoder as it is (`convert` has already turned a Llama source into one)."""
+    return model
 
 
-def _never(config) -> bool:
-    return False
+def _from_declaration(target) -> Conversion:
+    """A preset's `ConversionTarget` with its converter ("module:function") resolved."""
+    module, function = target.converter.split(":")
+    return Conversion(getattr(importlib.import_module(module), function), target.exact, target.note)
 
 
-def _is_x0_substitutive(config) -> bool:
-    return getattr(config, "value_source", "residual") == "x0" and getattr(config, "value_mix", None) == "substitute"
-
-
-def _is_block_attnres(config) -> bool:
-    return getattr(config, "depth_routing", "standard") == "block_attnres"
-
-
-_NORM_EPSILON_NOTE = ("zero pseudo-queries make every sublayer read h / n (n sources); RMSNorm(h / n) equals "
-                      "RMSNorm(h) only up to its epsilon, a relative difference of at most eps (n^2 - 1) / "
-                      "(2 mean(h^2)) per norm: small unless the residual stream is small")
-
-# target name -> conversion from a standard-or-family valuearch model. Architectures add theirs.
+# target name -> conversion from a Llama or valuearch-family model: "llama" plus every preset's declared one.
 CONVERTERS: dict[str, Conversion] = {
-    "valuearch": Conversion(lambda model: model, _always, "the same parameters under a renamed config"),
-    "llama": Conversion(valuearch_to_llama, _always, "the same parameters under a renamed config"),
-    # value paths (conversion/value_paths.py)
-    "bov": Conversion(to_bov, _is_x0_substitutive,
-                      "exact from an x0*W_V-substitutive source; from any other source the aligned tables "
-                      "E_V[t] = W_V RMSNorm(e[t]) replace h W_V in the value layers, which changes the model "
-                      "(BoV's step 0 equals x0*W_V substitution, not the source)"),
-    "resformer": Conversion(to_resformer, _always, "alpha = 1 on V, beta = 0 on V1"),
-    "satformer": Conversion(to_satformer, _always, "W_alpha = 0, so every gate ReLU(h W_alpha) is 0"),
-    # sequence mixers (conversion/kvm.py)
-    "kvm": Conversion(llama_to_kvm, _always,
-                      "exact while the context fits in the KVM window (kvm_window_chunks * kvm_chunk_size "
-                      "tokens, which the probe does); beyond it the model reads the compressed state"),
-    # depth routing (conversion/depth_routing.py): zero pseudo-queries / a V route that starts tied
-    "attnres": Conversion(valuearch_to_attnres, _never, _NORM_EPSILON_NOTE),
-    "rd_attnres": Conversion(to_rd_attnres, _is_block_attnres,
-                             "exact from Block AttnRes (the V route starts as a copy of the Q/K route); from a "
-                             f"standard-residual source: {_NORM_EPSILON_NOTE}"),
+    "llama": Conversion(valuearch_to_llama, lambda source: True, "the same parameters under a renamed config"),
+    **{model_type: _from_declaration(preset.conversion) for model_type, preset in PRESETS.items()},
 }
 
 
