@@ -189,6 +189,18 @@ def test_hub_dataset_offline_fails_with_a_clear_message(tmp_path):
     assert "pass a local text file or directory" in result.stderr
 
 
+def test_compile_flag_asks_trainer_to_compile(monkeypatch, tmp_path):
+    import hf_valuearch.training
+
+    received = {}
+    monkeypatch.setattr(hf_valuearch.training, "pretrain", lambda *args, **kwargs: received.update(kwargs) or {})
+    run_script("train", "--config", "valuearch", "--output_dir", str(tmp_path), "--compile")
+    assert received["torch_compile"] is True
+    received.clear()
+    run_script("train", "--config", "valuearch", "--output_dir", str(tmp_path))
+    assert "torch_compile" not in received
+
+
 def test_budgets_set_the_steps(tmp_path):
     from transformers import TrainingArguments
 
