@@ -221,8 +221,9 @@ def cache_layer_bytes(config, layer_idx: int, dtype: torch.dtype, context_length
     """Bytes the cache of layer `layer_idx` holds for one sequence after `context_length` tokens.
 
     full / sliding attention: tokens kept (all, or the last sliding_window - 1) * (keys + values), where a table
-    layer (BoV) keeps an int64 token id instead of H_kv * head_dim values; KVM: (state slots + window tokens) *
-    H_kv * (2 * head_dim + 1) (keys, values and one radius or merge gate each), slots and window from its schedule.
+    layer (BoV) keeps an int64 token id instead of H_kv * head_dim values; KVM: H_kv * (2 * head_dim + 1) values
+    (keys, values and one radius or merge gate) per state slot in float32 and per window token in `dtype`, slots
+    and window from its schedule.
     """
     element = torch.empty((), dtype=dtype).element_size()
     kv_width = config.num_key_value_heads * config.head_dim
@@ -230,7 +231,7 @@ def cache_layer_bytes(config, layer_idx: int, dtype: torch.dtype, context_length
     if mixer == "kvm":
         with torch.device("meta"):
             slots, window_tokens = KVMMixer(config, layer_idx).cache_size(context_length)
-        return (slots + window_tokens) * config.num_key_value_heads * (2 * config.head_dim + 1) * element
+        return (slots * 4 + window_tokens * element) * config.num_key_value_heads * (2 * config.head_dim + 1)
     tokens = min(context_length, config.sliding_window - 1) if mixer == "sliding_attention" else context_length
     value_bytes = TOKEN_ID_BYTES if caches_token_ids(config, layer_idx) else kv_width * element
     return tokens * (kv_width * element + value_bytes)

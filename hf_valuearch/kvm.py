@@ -30,12 +30,14 @@ from .functional import repeat_kv
 class KVMState:
     """What a KVM layer carries from one call to the next, per sequence and KV head.
 
-    The window holds tokens [seen - W, seen); the state summarises tokens [0, covered).
+    The window holds tokens [seen - W, seen) in the activations' dtype; the state summarises tokens [0, covered)
+    in float32 whatever the activations' dtype: its slots are sums over thousands of tokens, which bfloat16
+    (8-bit mantissa) would stop accumulating once a sum is a few hundred times larger than a token.
     """
 
-    state_keys: torch.Tensor  # [B, H_kv, M, D]: S_k, raw sums of prepared (gated) keys
-    state_values: torch.Tensor  # [B, H_kv, M, D]: S_v, raw sums of (gated) values
-    state_radius: torch.Tensor  # [B, H_kv, M, 1]: readout radius r_j, or the count n_j without readout radius
+    state_keys: torch.Tensor  # [B, H_kv, M, D]: S_k, raw sums of prepared (gated) keys, float32
+    state_values: torch.Tensor  # [B, H_kv, M, D]: S_v, raw sums of (gated) values, float32
+    state_radius: torch.Tensor  # [B, H_kv, M, 1]: readout radius r_j, or the count n_j without readout radius, float32
     window_keys: torch.Tensor  # [B, H_kv, W, D]: RoPE'd keys of the window tokens
     window_values: torch.Tensor  # [B, H_kv, W, D]
     window_gates: torch.Tensor  # [B, H_kv, W, 1]: merge gates of the window tokens, used when they leave
@@ -47,7 +49,7 @@ class KVMState:
         """A state with no tokens, with the batch, heads, head size, dtype and device of `like` [B, H_kv, T, D]."""
         rows = like.new_zeros(*like.shape[:2], 0, like.shape[-1])
         column = like.new_zeros(*like.shape[:2], 0, 1)
-        return cls(rows, rows, column, rows, rows, column)
+        return cls(rows.float(), rows.float(), column.float(), rows, rows, column)
 
     def tensors(self) -> list[torch.Tensor]:
         return [getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)]
@@ -153,6 +155,11 @@ class KVMMixer(nn.Module):
             keys = torch.cat((torch.zeros_like(keys[..., : self.zeroed_dims]), keys[..., self.zeroed_dims:]), dim=-1)
         return self.state_key_norm(keys)
 
+    def normed_state_keys(self, state_keys: torch.Tensor) -> torch.Tensor:
+        """K^ = LN_s(S_k) in float32 (the sums are float32; LN_s's parameters may be bfloat16)."""
+        norm = self.state_key_norm
+        return F.layer_norm(state_keys, norm.normalized_shape, norm.weight.float(), norm.bias.float(), norm.eps)
+
     def merge_gate(self, hidden_states: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
         """g = 1 + ELU(w . x): [B, T, hidden] -> [B, H_kv, T, 1]; ones without a merge gate."""
         if self.merge_gate_proj is None:
@@ -160,17 +167,17 @@ class KVMMixer(nn.Module):
         return (1.0 + F.elu(self.merge_gate_proj(hidden_states))).transpose(1, 2).unsqueeze(-1)
 
     def radius_of(self, values: torch.Tensor) -> torch.Tensor:
-        """The readout radius |v| of new slots (float32, as the reference), or a count of 1."""
+        """The readout radius |v| of new slots, or a count of 1; float32 (the reference takes the norm in float32)."""
         if self.readout_radius:
-            return torch.linalg.vector_norm(values.float(), dim=-1, keepdim=True).to(values.dtype)
-        return torch.ones_like(values[..., :1])
+            return torch.linalg.vector_norm(values.float(), dim=-1, keepdim=True)
+        return torch.ones_like(values[..., :1], dtype=torch.float32)
 
     def append_slots(self, state: KVMState, keys: torch.Tensor, values: torch.Tensor) -> KVMState:
         """New slots holding prepared `keys` and `values` [B, H_kv, n, D]."""
         return replace(
             state,
-            state_keys=torch.cat((state.state_keys, keys), dim=2),
-            state_values=torch.cat((state.state_values, values), dim=2),
+            state_keys=torch.cat((state.state_keys, keys.float()), dim=2),
+            state_values=torch.cat((state.state_values, values.float()), dim=2),
             state_radius=torch.cat((state.state_radius, self.radius_of(values)), dim=2),
         )
 
@@ -180,13 +187,13 @@ class KVMMixer(nn.Module):
         keys, values: [B, H_kv, C, D] (RoPE'd keys); gates: [B, H_kv, C, 1].
         """
         prepared = self.prepare_state_keys(keys)  # k~, ungated
-        gated_keys, gated_values = prepared * gates, values * gates
+        gated_keys, gated_values = prepared.float() * gates.float(), values.float() * gates.float()  # summed in float32
         slots = state.num_slots
         num_append = min(max(self.desired_state_slots(context_length, left_window, slots) - slots, 0), keys.shape[2])
         merge_keys, merge_values = gated_keys, gated_values
         if num_append > 0:
             with torch.no_grad():  # the least similar tokens to any slot become new slots
-                surprise = (prepared @ self.state_key_norm(state.state_keys).transpose(-1, -2)).amax(dim=-1)
+                surprise = (prepared.float() @ self.normed_state_keys(state.state_keys).transpose(-1, -2)).amax(dim=-1)
                 order = torch.argsort(surprise, dim=-1)  # [B, H_kv, C], most surprising first
                 append_index = order[..., :num_append].sort(dim=-1).values
                 merge_index = order[..., num_append:].sort(dim=-1).values
@@ -197,7 +204,7 @@ class KVMMixer(nn.Module):
         if merge_keys.shape[2] == 0:
             return state
         # every merged token goes to its most similar non-sink slot of the state after this chunk's appends
-        similarity = merge_keys @ self.state_key_norm(state.state_keys).transpose(-1, -2)  # [B, H_kv, n, M]
+        similarity = merge_keys @ self.normed_state_keys(state.state_keys).transpose(-1, -2)  # [B, H_kv, n, M]
         similarity[..., : self.sink_slots] = float("-inf")
         slot = similarity.argmax(dim=-1, keepdim=True)  # [B, H_kv, n, 1]
         state = replace(
@@ -206,7 +213,7 @@ class KVMMixer(nn.Module):
             state_values=state.state_values.scatter_add(2, slot.expand_as(merge_values), merge_values),
         )
         if not self.readout_radius:  # counts n_j
-            merged_count = torch.ones_like(slot, dtype=state.state_radius.dtype)
+            merged_count = torch.ones_like(slot, dtype=torch.float32)
             state = replace(state, state_radius=state.state_radius.scatter_add(2, slot, merged_count))
         return state
 
@@ -221,12 +228,12 @@ class KVMMixer(nn.Module):
         num_state = 0
         if state is not None:
             num_state = state.num_slots
-            state_keys = self.state_key_norm(state.state_keys)  # K^ = LN_s(S_k)
-            if self.readout_radius:  # V^ = r * S_v / |S_v|, in float32
-                state_values = (F.normalize(state.state_values.float(), dim=-1) * state.state_radius.float())
-                state_values = state_values.to(values.dtype)
+            state_keys = self.normed_state_keys(state.state_keys).to(keys.dtype)  # K^ = LN_s(S_k)
+            if self.readout_radius:  # V^ = r * S_v / |S_v|
+                state_values = F.normalize(state.state_values, dim=-1) * state.state_radius
             else:  # V^ = S_v / n
                 state_values = state.state_values / state.state_radius
+            state_values = state_values.to(values.dtype)
             keys = torch.cat((state_keys, keys), dim=2)
             values = torch.cat((state_values, values), dim=2)
         keys, values = repeat_kv(keys, self.num_key_value_groups), repeat_kv(values, self.num_key_value_groups)
@@ -237,22 +244,37 @@ class KVMMixer(nn.Module):
         mask = lower_right_causal_mask(queries.shape[2], keys.shape[2], queries.device)
         return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scaling)
 
-    def extend(self, state: KVMState, queries, keys, values, gates) -> tuple[torch.Tensor, KVMState]:
+    def extend(self, state: KVMState, queries, keys, values, gates, row_ends: list[int] | None = None):
         """Process T new tokens after `state` (training, prefill, decode and continuation alike).
 
         queries [B, H, T, D]; keys, values [B, H_kv, T, D]; gates [B, H_kv, T, 1]. Returns [B, H, T, D] and the
         new state. Queries are taken chunk by chunk (never across a multiple of C), as in spec A.5.
+
+        row_ends: when the rows hold different numbers of tokens (padded rows compacted to the front, see
+        `forward`), the `seen` at which each row ends. Queries are then also split at every row end, the state
+        of each row is taken there, and a list of one state per row is returned: each the state that row
+        reaches alone (tokens after a row's end only meet the state after its snapshot).
         """
         chunk = self.chunk_size
         start, end = state.seen, state.seen + queries.shape[2]
         base = start - state.window_keys.shape[2]  # absolute index of the first buffered token
-        all_keys = torch.cat((state.window_keys, keys), dim=2)
-        all_values = torch.cat((state.window_values, values), dim=2)
-        all_gates = torch.cat((state.window_gates, gates), dim=2)
+        buffers = tuple(torch.cat((old, new), dim=2) for old, new in
+                        ((state.window_keys, keys), (state.window_values, values), (state.window_gates, gates)))
+        all_keys, all_values, all_gates = buffers
+        row_states = {}  # row -> its state, taken when the query loop reaches the row's end
+
+        def take_row_states(state: KVMState, seen: int):
+            for row, row_end in enumerate(row_ends or ()):
+                if row_end == seen:
+                    row_state = state.select_rows(torch.tensor([row], device=keys.device))
+                    row_states[row] = self.keep_window(row_state, buffers, base, seen, row)
+
+        take_row_states(state, start)
         outputs = []
         query_start = start
         while query_start < end:
-            query_end = min(end, (query_start // chunk + 1) * chunk)
+            query_end = min(end, (query_start // chunk + 1) * chunk,
+                            *(row_end for row_end in row_ends or () if row_end > query_start))
             initial_end = min(query_end, chunk)  # the first chunk is copied into the state verbatim (sinks, A.3)
             if state.covered < initial_end:
                 tokens = slice(state.covered - base, initial_end - base)
@@ -271,18 +293,29 @@ class KVMMixer(nn.Module):
             outputs.append(self.attend(queries[:, :, query_start - start: query_end - start],
                                        all_keys[:, :, window], all_values[:, :, window],
                                        state if window_start > 0 else None))
+            take_row_states(state, query_end)
             query_start = query_end
-        kept = slice(self.window_start(end) - base, end - base)
-        state = replace(state, window_keys=all_keys[:, :, kept], window_values=all_values[:, :, kept],
-                        window_gates=all_gates[:, :, kept], seen=end)
-        return torch.cat(outputs, dim=2), state
+        output = torch.cat(outputs, dim=2) if outputs else queries.new_zeros(queries.shape)
+        if row_ends is not None:
+            return output, [row_states[row] for row in range(keys.shape[0])]
+        return output, self.keep_window(state, buffers, base, end)
+
+    def keep_window(self, state: KVMState, buffers, base: int, seen: int, row: int | None = None) -> KVMState:
+        """`state` with the window of `seen` tokens, [window_start(seen), seen), cut from `buffers` (window keys,
+        values, gates [B, H_kv, L, D] starting at absolute token `base`), all rows or only `row`."""
+        kept = slice(self.window_start(seen) - base, seen - base)
+        rows = slice(None) if row is None else slice(row, row + 1)
+        window_keys, window_values, window_gates = (buffer[rows, :, kept] for buffer in buffers)
+        return replace(state, window_keys=window_keys, window_values=window_values, window_gates=window_gates,
+                       seen=seen)
 
     def forward(self, queries, keys, values, hidden_states, attention_mask=None, cache=None) -> torch.Tensor:
         """queries [B, H, T, D]; keys, values [B, H_kv, T, D]; hidden_states [B, T, hidden] -> [B, T, H, D].
 
-        attention_mask: the 2D padding mask [B, past + T] or None. Padded batches run each sequence on its own
-        (its tokens only, its own state), so every sequence gets the outputs it gets alone; padded positions
-        output 0.
+        attention_mask: the 2D padding mask [B, past + T] or None. A padded batch gives every sequence the
+        outputs it gets alone (padded positions output 0): when all rows share one state (a prefill), each
+        row's tokens are moved to the front and the batch runs at once, splitting into one state per row at
+        the row ends (`extend(row_ends=...)`); rows that already have their own states run one at a time.
         """
         gates = self.merge_gate(hidden_states, keys.shape[1])
         layer_cache = cache.layers[self.layer_idx] if cache is not None else None
@@ -290,10 +323,17 @@ class KVMMixer(nn.Module):
         padding = None if attention_mask is None else attention_mask[:, -queries.shape[2]:].bool()
         if len(states) == 1 and padding is None:
             output, states[0] = self.extend(states[0], queries, keys, values, gates)
-        else:  # one sequence at a time, without its padding
-            if len(states) == 1:
-                states = [states[0].select_rows(torch.tensor([row], device=keys.device))
-                          for row in range(keys.shape[0])]
+        elif len(states) == 1:  # one shared state, padded tokens: compact each row's tokens to the front
+            counts = padding.sum(dim=1)  # [B] tokens per row
+            order = torch.argsort((~padding).to(torch.int8), dim=1, stable=True)  # [B, T]: tokens first, in order
+            order = order[:, : int(counts.max())]  # [B, N]: positions of the compacted tokens
+            compacted = [gather_tokens(x, order[:, None, :].expand(-1, x.shape[1], -1))
+                         for x in (queries, keys, values, gates)]
+            compact_output, states = self.extend(states[0], *compacted, row_ends=(states[0].seen + counts).tolist())
+            kept = torch.arange(order.shape[1], device=order.device) < counts[:, None]  # [B, N]: not padding
+            output = queries.new_zeros(queries.shape).scatter(
+                2, order[:, None, :, None].expand_as(compact_output), compact_output * kept[:, None, :, None])
+        else:  # rows with their own states (after a padded prefill): one sequence at a time, without its padding
             output = queries.new_zeros(queries.shape)
             for row in range(keys.shape[0]):
                 tokens = (padding[row] if padding is not None

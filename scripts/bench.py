@@ -1,25 +1,58 @@
-"""Side-by-side benchmarks: every number printed is a ratio of two models measured in this process.
+"""Side-by-side benchmarks against transformers' LlamaForCausalLM of the same dimensions.
 
-    python scripts/bench.py SUITE [--threads N] [...]
+    python scripts/bench.py [SUITE ...] [--quick] [--output OUT.json] [--threads N] [--device cpu|cuda] [--compile]
 
-Each suite builds the models it compares, warms them up, then times them in alternation
-(A, B, A, B, ...) so that machine noise hits both sides alike, and prints medians and their ratio.
+Suites (all of them when none is named):
+  training    training tokens/s (forward + backward + AdamW step) of every model type
+  inference   prefill latency and cached decode tokens/s at 1k / 4k / 16k tokens of context
+  memory      peak memory of a training step and of generation; generation-cache bytes per token, measured
+              against the formula `cache_valuearch.cache_bytes_per_token`
+  kvm         KVM layer prefill vs full SDPA attention at 1k-16k; decode tokens/s vs context; lm-eval-style
+              left-padded generation, batch 8 vs batch 1
+
+Every suite builds the models it compares in this process, warms them up, then times them in alternation
+(A, B, C, then C, B, A, ...) so that machine noise hits all of them alike; it prints a markdown table of the
+medians and of their ratios to Llama (and to the parent architecture, where one exists), then the targets of
+issue 13 with their measured ratios. `--output` writes the raw medians and every ratio as JSON. `--quick` uses
+small sizes (a few minutes on 2 CPU cores); on CUDA the models run in bfloat16. `--profile` adds the top
+operators by share of self time (torch.profiler) for every training candidate: the first place to look when a
+ratio is off. `--compile` adds a torch.compile'd copy of each training candidate (compiled vs eager).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-SUITES: dict[str, Callable[[argparse.Namespace], None]] = {}
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hf_valuearch import MODEL_TYPES  # noqa: E402
+from hf_valuearch.cache_valuearch import cache_bytes_per_token  # noqa: E402
+from hf_valuearch.compat import output_cache  # noqa: E402
+
+SUITES: dict[str, Callable[[argparse.Namespace], list[dict]]] = {}
+FULL, KVM = "full attention", "kvm fixed-256"  # the two candidates of the kvm suite
+LAZY_BOV = "bov, lazy_adamw tables"  # BoV with table_optimizer="lazy_adamw" (training suite)
+# the architecture each candidate modifies (its ratio "to parent"); the standard decoder's parent is Llama
+PARENTS = {"bov": "valuearch", "resformer": "valuearch", "satformer": "valuearch", "attnres": "valuearch",
+           "rd_attnres": "attnres", "kvm": "valuearch", KVM: FULL, LAZY_BOV: "bov"}
+# The issue-13 measurement backbone: d256, 6 layers, vocab 8192, 4 heads of 64.
+BACKBONE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=6, num_attention_heads=4,
+                num_key_value_heads=4, max_position_embeddings=32768)
 
 
 def suite(name: str):
-    """Register a benchmark suite under `name`."""
+    """Register a benchmark suite: a function (args) -> list of result rows."""
 
     def register(fn):
         SUITES[name] = fn
@@ -28,7 +61,8 @@ def suite(name: str):
     return register
 
 
-def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
+def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1,
+                      device: str = "cpu") -> dict[str, float]:
     """Median wall time in seconds of each zero-argument callable, measured in alternation (A, B, C, then
     C, B, A, ...)."""
     for fn in candidates.values():
@@ -38,184 +72,452 @@ def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int 
     for round_idx in range(repeats):
         order = list(candidates) if round_idx % 2 == 0 else list(reversed(candidates))  # no favoured position
         for name in order:
+            synchronize(device)
             start = time.perf_counter()
             candidates[name]()
+            synchronize(device)
             samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-# --- value paths (spec_value_paths.md) --------------------------------------------------------------------
+def synchronize(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
-@suite("value_paths")
-def bench_value_paths(args):
-    """Prefill and cached decode of each value-path preset against the standard decoder, same backbone."""
-    from hf_valuearch import MODEL_TYPES
-    from hf_valuearch.compat import output_cache
+def op_shares(fn: Callable[[], object], top: int = 8) -> list[tuple[str, float]]:
+    """The `top` operators by share of self CPU time (plus self CUDA time on GPU) over one call of `fn`."""
+    from torch.profiler import ProfilerActivity, profile
 
-    backbone = dict(vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
-                    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024)
-    variants = {"baseline": ("valuearch", {}), "bov": ("bov", {}), "resformer": ("resformer", {}),
-                "satformer": ("satformer", {"qk_norm": "none", "tie_word_embeddings": False}),
-                "x0_last_third": ("valuearch", {"value_source": "x0", "value_layers": "last_third",
-                                                "value_coefficients": "learnable"})}
-    models = {name: MODEL_TYPES[t][2](MODEL_TYPES[t][0](**backbone, **o)).eval() for name, (t, o) in variants.items()}
-    prompt = torch.randint(0, backbone["vocab_size"], (4, 256))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        fn()
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return [(e.key, e.self_cpu_time_total / total) for e in ranked]
 
-    def prefill(model):
-        return lambda: model(prompt, use_cache=False)
 
-    def decode(model, steps=32):
-        def run():
-            cache = output_cache(model(prompt, use_cache=True))
-            token = prompt[:, -1:]
-            for _ in range(steps):
-                cache = output_cache(model(token, cache=cache, use_cache=True))
-        return run
+# --- models ------------------------------------------------------------------------------------------------
 
+
+def build_model(name: str, args, **dims):
+    """`name` is a model type or "llama" (transformers' LlamaForCausalLM of the same dimensions)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(args.seed)
+    if name == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**dims, tie_word_embeddings=False, attn_implementation="sdpa"))
+    else:
+        config_class, _, model_class = MODEL_TYPES[name]
+        model = model_class(config_class(**dims, attn_implementation="sdpa"))
+    return model.to(device=args.device, dtype=args.dtype)
+
+
+def candidates_of(args) -> list[str]:
+    return ["llama", *MODEL_TYPES]
+
+
+def row(suite_name: str, candidate: str, metric: str, value: float, unit: str, higher_is_better: bool,
+        **extra) -> dict:
+    return dict(suite=suite_name, candidate=candidate, metric=metric, value=value, unit=unit,
+                higher_is_better=higher_is_better, **extra)
+
+
+def add_ratios(rows: list[dict]) -> list[dict]:
+    """Per metric: ratio to Llama and to the parent, both as speed/size ratios where higher is better
+    (time ratios are inverted: a ratio of 1.1 means 10% faster or smaller)."""
+    by_key = {(r["metric"], r["candidate"]): r for r in rows}
+
+    def ratio(r, other):
+        reference = by_key.get((r["metric"], other))
+        if reference is None or reference is r or reference["value"] == 0 or r["value"] == 0:
+            return None
+        return r["value"] / reference["value"] if r["higher_is_better"] else reference["value"] / r["value"]
+
+    for r in rows:
+        if r["unit"] == "x":  # already a ratio (compiled / eager, measured / formula, batch 8 / batch 1)
+            r["ratio_to_llama"] = r["ratio_to_parent"] = None
+            continue
+        r["ratio_to_llama"] = ratio(r, "llama")
+        r["ratio_to_parent"] = ratio(r, PARENTS.get(r["candidate"], "llama")) if r["candidate"] != "llama" else None
+    return rows
+
+
+# --- suites ------------------------------------------------------------------------------------------------
+
+
+@suite("training")
+def bench_training(args) -> list[dict]:
+    """Training tokens/s: forward, backward and AdamW step on one batch, every model type and Llama."""
+    batch, length = (16, 1024) if args.device == "cuda" else (4, 256)
+    ids = torch.randint(3, BACKBONE["vocab_size"], (batch, length), device=args.device)
+    steps, models = {}, {}
+    for name in candidates_of(args):
+        models[name] = build_model(name, args, **BACKBONE).train()
+        steps[name] = training_step(models[name], ids, args.device)
+    models[LAZY_BOV] = build_model("bov", args, **BACKBONE).train()
+    steps[LAZY_BOV] = training_step(models[LAZY_BOV], ids, args.device, lazy_tables=True)
+    if args.compile:
+        for name in candidates_of(args):
+            compiled = torch.compile(models[name])
+            try:
+                training_step(compiled, ids, args.device)()
+                steps[f"{name} (compiled)"] = training_step(compiled, ids, args.device)
+            except Exception as error:  # reported, not fatal: compile support differs per model type
+                print(f"torch.compile {name}: unsupported ({type(error).__name__}: {str(error).splitlines()[0]})")
+    seconds = time_side_by_side(steps, repeats=args.repeats, device=args.device)
+    rows = [row("training", name, f"training tokens/s (B{batch}x{length})", batch * length / s, "tokens/s", True)
+            for name, s in seconds.items() if "(compiled)" not in name]
+    for name, s in seconds.items():
+        if "(compiled)" in name:
+            eager = name.replace(" (compiled)", "")
+            rows.append(row("training", eager, "compiled / eager training speed", seconds[eager] / s, "x", True))
+    if args.profile:
+        for name, step in steps.items():
+            print(f"\nop shares, training step of {name}:")
+            for op, share in op_shares(step):
+                print(f"  {share:6.1%}  {op}")
+    return rows
+
+
+def training_step(model, ids, device, lazy_tables: bool = False):
+    """One AdamW step on `ids`; with `lazy_tables`, BoV's value tables take `LazyRowAdamW` (only the batch's rows)."""
+    from hf_valuearch.training.optim import CombinedOptimizer, LazyRowAdamW
+
+    tables = [p for name, p in model.named_parameters() if lazy_tables and name.endswith("value_table.weight")]
+    others = [p for p in model.parameters() if all(p is not table for table in tables)]
+    optimizer = torch.optim.AdamW(others, lr=1e-4)
+    if tables:
+        optimizer = CombinedOptimizer([optimizer, LazyRowAdamW(tables, lr=1e-4)])
+
+    def step():
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+@suite("inference")
+def bench_inference(args) -> list[dict]:
+    """Prefill latency (logits of the last token only) and cached greedy decode tokens/s after it."""
+    contexts = (512, 1024) if args.quick else (1024, 4096, 16384)
+    decode_steps = 8 if args.quick else 16
+    models = {name: build_model(name, args, **BACKBONE).eval() for name in candidates_of(args)}
+    rows = []
+    for context in contexts:
+        ids = torch.randint(3, BACKBONE["vocab_size"], (1, context), device=args.device)
+        with torch.no_grad():
+            prefill = time_side_by_side(
+                {name: (lambda m=m: m(ids, use_cache=True, logits_to_keep=1)) for name, m in models.items()},
+                repeats=args.repeats, device=args.device)
+            caches = {name: output_cache(m(ids, use_cache=True, logits_to_keep=1)) for name, m in models.items()}
+            token = ids[:, -1:]
+
+            def decode(name):
+                for _ in range(decode_steps):
+                    caches[name] = output_cache(models[name](token, cache=caches[name], use_cache=True))
+
+            decode_time = time_side_by_side({name: (lambda n=name: decode(n)) for name in models},
+                                            repeats=args.repeats, device=args.device)
+        for name in models:
+            rows.append(row("inference", name, f"prefill s ({context} tokens)", prefill[name], "s", False))
+            rows.append(row("inference", name, f"decode tokens/s ({context} context)",
+                            decode_steps / decode_time[name], "tokens/s", True))
+    return rows
+
+
+@suite("memory")
+def bench_memory(args) -> list[dict]:
+    """Peak memory of a training step and of generation (each model in a fresh process), and generation-cache
+    bytes per token: measured on a real cache and from `cache_bytes_per_token`."""
+    rows = []
+    context = 512 if args.quick else 2048
+    for name in candidates_of(args):
+        peaks = json.loads(subprocess.run(
+            [sys.executable, __file__, "--memory-child", name, "--device", args.device, "--seed", str(args.seed),
+             *(["--quick"] if args.quick else [])],
+            check=True, capture_output=True, text=True, env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
+        ).stdout.strip().splitlines()[-1])
+        rows.append(row("memory", name, "peak training MiB", peaks["training"] / 2**20, "MiB", False))
+        rows.append(row("memory", name, f"peak generation MiB ({context} + 16 tokens)",
+                        peaks["generation"] / 2**20, "MiB", False))
+    ids = torch.randint(3, BACKBONE["vocab_size"], (1, context), device=args.device)
+    for name in candidates_of(args):
+        model = build_model(name, args, **BACKBONE).eval()
+        with torch.no_grad():
+            cache = output_cache(model(ids, use_cache=True, logits_to_keep=1))
+        measured = (cache.nbytes() if name != "llama"
+                    else sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)))
+        rows.append(row("memory", name, f"cache bytes/token ({context} tokens)", measured / context, "B", False))
+        if name != "llama":
+            formula = cache_bytes_per_token(model.config, args.dtype, context_length=context)
+            rows.append(row("memory", name, "cache bytes measured / formula", measured / context / formula, "x",
+                            True))
+    return rows
+
+
+def memory_child(args) -> dict:
+    """Run in a fresh process: peak bytes above the process's footprint after imports, of generation (prefill +
+    16 decode steps, model included) and of training (two AdamW steps, model and optimizer state included).
+
+    CPU: the peak resident set (VmHWM, reset through /proc/self/clear_refs) with glibc's mmap threshold fixed
+    at 64 KiB so freed tensors leave the resident set; CUDA: torch.cuda.max_memory_allocated."""
+
+    def reset():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            Path("/proc/self/clear_refs").write_text("5")
+
+    def peak() -> int:
+        if args.device == "cuda":
+            return torch.cuda.max_memory_allocated()
+        status = Path("/proc/self/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) * 1024
+
+    context = 512 if args.quick else 2048
+    baseline = torch.cuda.memory_allocated() if args.device == "cuda" else (reset(), peak())[1]
+    reset()
+    model = build_model(args.memory_child, args, **BACKBONE).eval()
     with torch.no_grad():
-        for label, make in (("prefill B=4 T=256", prefill), ("prefill + 32 decode steps", decode)):
-            times = time_side_by_side({name: make(model) for name, model in models.items()}, repeats=args.repeats)
-            print(f"{label}: time ratio to baseline (median of {args.repeats})")
-            for name, seconds in times.items():
-                print(f"  {name:15s} {seconds / times['baseline']:.3f}")
-        cache_sizes = {}
-        for name, model in models.items():
-            cache = output_cache(model(prompt, use_cache=True))
-            cache_sizes[name] = sum(t.numel() * t.element_size() for l in cache.layers for t in (l.keys, l.values))
-        print("generation cache bytes after 256 tokens, ratio to baseline")
-        for name, size in cache_sizes.items():
-            print(f"  {name:15s} {size / cache_sizes['baseline']:.3f}")
+        ids = torch.randint(3, BACKBONE["vocab_size"], (1, context), device=args.device)
+        cache = output_cache(model(ids, use_cache=True, logits_to_keep=1))
+        for _ in range(16):
+            cache = output_cache(model(ids[:, -1:], cache=cache, use_cache=True))
+    del cache
+    generation = peak() - baseline
+    reset()
+    ids = torch.randint(3, BACKBONE["vocab_size"], (4, 128 if args.quick else 256), device=args.device)
+    step = training_step(model.train(), ids, args.device)
+    step()
+    step()
+    return {"generation": generation, "training": peak() - baseline}
 
 
-# ==================================================================================================
-# KVM: prefill time and decode speed vs full attention (spec_kvm.md A.4, A.9)
-# ==================================================================================================
+@suite("kvm")
+def bench_kvm(args) -> list[dict]:
+    """KVM (fixed 256-slot state, chunk 256) against full attention of the same backbone."""
+    return kvm_layer_prefill(args) + kvm_model_prefill(args) + kvm_decode(args) + kvm_padded_batches(args)
 
 
-def _kvm_bench_models(**kvm_fields):
-    """Same small backbone (d 256, 4 heads x 64, 2 layers, partial RoPE, q/k LayerNorm), full attention vs KVM."""
-    import sys
-    from pathlib import Path
+def kvm_backbone(num_layers: int = 2) -> dict:
+    """The KVM preset's attention (q/k LayerNorm, partial RoPE) on a d256, 4 x 64 heads backbone."""
+    return dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=num_layers,
+                num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=32768, pad_token_id=0)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+def kvm_pair(args) -> dict:
+    """{FULL: the KVM preset with full-attention layers, KVM: the KVM preset}."""
     from hf_valuearch import KvmConfig, KvmForCausalLM
 
-    sizes = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=4, max_position_embeddings=32768, attn_implementation="sdpa")
-    models = {"full": KvmForCausalLM(KvmConfig(**sizes, mixer_types=["full_attention"] * 2)).eval()}
-    for name, fields in kvm_fields.items():
-        models[name] = KvmForCausalLM(KvmConfig(**sizes, **fields)).eval()
+    models = {}
+    for name, mixer in ((FULL, "full_attention"), (KVM, "kvm")):
+        torch.manual_seed(args.seed)
+        config = KvmConfig(**kvm_backbone(), mixer_types=[mixer] * 2, attn_implementation="sdpa")
+        models[name] = KvmForCausalLM(config).to(device=args.device, dtype=args.dtype).eval()
     return models
 
 
-KVM_BENCH_VARIANTS = {
-    "kvm_fixed256": dict(kvm_chunk_size=256),  # the preset: fixed 256 slots
-    "kvm_sqrt16": dict(kvm_chunk_size=256, kvm_state_schedule="power_law", kvm_state_max_chunks=10000),
-}
+def kvm_layer_prefill(args) -> list[dict]:
+    """One attention layer's sequence mixing, no cache: the KVM mixer vs causal SDPA on the same q, k, v."""
+    from hf_valuearch import KvmConfig
+    from hf_valuearch.kvm import KVMMixer
 
-
-@suite("kvm_prefill")
-def kvm_prefill(args):
-    """Prefill wall time (no cache, no gradients) of KVM vs full attention for T = 1k .. 16k tokens.
-
-    On a shared machine use --threads 1: with 2 threads every op waits for a descheduled worker thread.
-    """
-    models = _kvm_bench_models(**KVM_BENCH_VARIANTS)
-    print(f"threads={torch.get_num_threads()}  ratio = KVM time / full-attention time (< 1: KVM faster)")
-    for length in (1024, 2048, 4096, 8192, 16384):
-        ids = torch.randint(3, 256, (1, length))
-        with torch.no_grad():
-            times = time_side_by_side({name: (lambda m=model: m(ids, use_cache=False)) for name, model in models.items()},
-                                      repeats=args.repeats)
-        ratios = "  ".join(f"{name} {times[name] / times['full']:.2f}x" for name in models if name != "full")
-        print(f"T={length:6d}  full {times['full']:.3f}s  {ratios}")
-
-
-@suite("kvm_decode")
-def kvm_decode(args):
-    """Greedy decode tokens/s after a prefill of T tokens, KVM vs full attention (DynamicCache-style K/V)."""
-    models = _kvm_bench_models(kvm_fixed256=KVM_BENCH_VARIANTS["kvm_fixed256"])
-    from hf_valuearch.compat import output_cache
-    steps = 16
-    print(f"threads={torch.get_num_threads()}  {steps} decode steps per timing; ratio = KVM tokens/s / full tokens/s")
+    config = KvmConfig(**kvm_backbone(1))
+    mixer = KVMMixer(config, 0).to(device=args.device, dtype=args.dtype).eval()
+    rows = []
     for length in (1024, 4096, 16384):
-        ids = torch.randint(3, 256, (1, length))
-        caches = {}
+        q, k, v = (torch.randn(1, 4, length, 64, device=args.device, dtype=args.dtype) for _ in range(3))
+        x = torch.randn(1, length, 256, device=args.device, dtype=args.dtype)
         with torch.no_grad():
-            for name, model in models.items():
-                caches[name] = output_cache(model(ids, use_cache=True))
+            times = time_side_by_side({
+                FULL: lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                KVM: lambda: mixer(q, k, v, x),
+            }, repeats=args.repeats, device=args.device)
+        for name, seconds in times.items():
+            rows.append(row("kvm", name, f"layer prefill s ({length} tokens)", seconds, "s", False))
+    return rows
+
+
+def kvm_model_prefill(args) -> list[dict]:
+    """Prefill of the 2-layer models (projections and MLPs included), no cache."""
+    models = kvm_pair(args)
+    rows = []
+    for length in (1024, 4096) if args.quick else (1024, 4096, 16384):
+        ids = torch.randint(3, 256, (1, length), device=args.device)
+        with torch.no_grad():
+            times = time_side_by_side({name: (lambda m=m: m(ids, logits_to_keep=1)) for name, m in models.items()},
+                                      repeats=args.repeats, device=args.device)
+        for name, seconds in times.items():
+            rows.append(row("kvm", name, f"2-layer model prefill s ({length} tokens)", seconds, "s", False))
+    return rows
+
+
+def kvm_decode(args) -> list[dict]:
+    """Greedy decode tokens/s after a prefill of T tokens, KVM vs full attention (2-layer models)."""
+    models = kvm_pair(args)
+    steps, rows = 16, []
+    for length in (1024, 4096, 16384):
+        ids = torch.randint(3, 256, (1, length), device=args.device)
+        token = ids[:, -1:]
+        with torch.no_grad():
+            caches = {name: output_cache(m(ids, use_cache=True, logits_to_keep=1)) for name, m in models.items()}
 
             def decode(name):
-                token = torch.tensor([[7]])
                 for _ in range(steps):
                     caches[name] = output_cache(models[name](token, cache=caches[name], use_cache=True))
 
-            times = time_side_by_side({name: (lambda n=name: decode(n)) for name in models}, repeats=args.repeats)
-        speed = {name: steps / t for name, t in times.items()}
-        print(f"T={length:6d}  full {speed['full']:.1f} tok/s  kvm {speed['kvm_fixed256']:.1f} tok/s  "
-              f"ratio {speed['kvm_fixed256'] / speed['full']:.2f}x")
+            times = time_side_by_side({name: (lambda n=name: decode(n)) for name in models}, repeats=args.repeats,
+                                      device=args.device)
+        for name, seconds in times.items():
+            rows.append(row("kvm", name, f"decode tokens/s ({length} context)", steps / seconds, "tokens/s", True))
+    return rows
 
 
-# --- depth routing: Block AttnRes and RD-AttnRes (hf_valuearch/depth_routing.py) ----------------------
+def kvm_padded_batches(args) -> list[dict]:
+    """lm-eval generate_until: 8 prompts of different lengths, left-padded into one batch with an attention
+    mask, vs the same 8 prompts one at a time; generated tokens/s of both, and their ratio."""
+    models = kvm_pair(args)
+    longest, new_tokens = (512, 8) if args.quick else (2048, 32)
+    generator = torch.Generator().manual_seed(args.seed)
+    lengths = torch.linspace(longest // 2, longest, 8).long().tolist()
+    prompts = [torch.randint(3, 256, (n,), generator=generator) for n in lengths]
+    ids = torch.zeros(8, longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for index, prompt in enumerate(prompts):
+        ids[index, longest - len(prompt):], mask[index, longest - len(prompt):] = prompt, 1
+    ids, mask = ids.to(args.device), mask.to(args.device)
+    options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+
+    def batched(model):
+        return lambda: model.generate(ids, attention_mask=mask, **options)
+
+    def one_at_a_time(model):
+        return lambda: [model.generate(p[None].to(args.device), **options) for p in prompts]
+
+    candidates = {}
+    for name, model in models.items():
+        candidates[f"{name} batch 8"], candidates[f"{name} batch 1"] = batched(model), one_at_a_time(model)
+    with torch.no_grad():
+        times = time_side_by_side(candidates, repeats=max(2, args.repeats // 2), device=args.device)
+    rows = []
+    for name in models:
+        tokens = 8 * new_tokens
+        rows.append(row("kvm", name, f"left-padded generate tokens/s, batch 8 ({longest} max prompt)",
+                        tokens / times[f"{name} batch 8"], "tokens/s", True))
+        rows.append(row("kvm", name, f"left-padded generate tokens/s, batch 1 ({longest} max prompt)",
+                        tokens / times[f"{name} batch 1"], "tokens/s", True))
+        rows.append(row("kvm", name, "batch 8 / batch 1 throughput",
+                        times[f"{name} batch 1"] / times[f"{name} batch 8"], "x", True))
+    return rows
 
 
-@suite("depth_routing")
-def depth_routing_training_throughput(args):
-    """Training tokens/s (forward, backward, AdamW step) of the standard decoder, Block AttnRes and
-    RD-AttnRes (learned value route) on one backbone; prints attnres/standard and rd_attnres/attnres."""
-    import sys
-    from pathlib import Path
+# --- targets (issue 13) ------------------------------------------------------------------------------------
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from hf_valuearch import MODEL_TYPES
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    # The paper's 120M backbone (configs/depth_routing/attnres_120m.json): width 576, 9 heads, SwiGLU 1536;
-    # on CPU 8 of its 16 layers, a small vocabulary and short sequences keep one step near a few seconds.
-    backbone = dict(vocab_size=50304 if device == "cuda" else 2048, hidden_size=576, intermediate_size=1536,
-                    num_hidden_layers=16 if device == "cuda" else 8, num_attention_heads=9,
-                    max_position_embeddings=1024, attnres_block_size=4)
-    batch, length = (16, 1024) if device == "cuda" else (2, 256)
-    input_ids = torch.randint(0, backbone["vocab_size"], (batch, length), device=device)
+def targets(rows: list[dict]) -> list[dict]:
+    """Each target of issue 13 with its measured ratio (None when its suite did not run)."""
+    values = {(r["suite"], r["metric"], r["candidate"]): r["value"] for r in rows}
 
-    def training_step(model_type, **fields):
-        config = MODEL_TYPES[model_type][0](**{**backbone, **fields})
-        model = MODEL_TYPES[model_type][2](config).to(device).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    def find(prefix, candidate, suite_name=None):
+        """The first measured value whose metric starts with `prefix` (e.g. at the smallest context)."""
+        return next((v for (suite_name_, metric, name), v in values.items()
+                     if metric.startswith(prefix) and name == candidate and suite_name in (None, suite_name_)), None)
 
-        def step():
-            model(input_ids, labels=input_ids).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if device == "cuda":
-                torch.cuda.synchronize()
+    def speed_ratio(prefix, candidate, reference, suite_name=None):
+        a, b = find(prefix, candidate, suite_name), find(prefix, reference, suite_name)
+        return None if a is None or b is None else a / b
 
-        return step
+    def kvm_prefill_speedup(length, what="layer"):
+        return speed_ratio(f"{what} prefill s ({length} tokens)", FULL, KVM, "kvm")  # time ratio: full / kvm
 
-    seconds = time_side_by_side(
-        {"standard": training_step("valuearch", attnres_block_size=None), "attnres": training_step("attnres"),
-         "rd_attnres": training_step("rd_attnres")},
-        repeats=args.repeats,
-    )
-    print(f"device {device}, batch {batch} x {length} tokens, {backbone}")
-    for name, value in seconds.items():
-        print(f"{name:>10}: {batch * length / value:10.0f} training tokens/s")
-    print(f"attnres / standard throughput:   {seconds['standard'] / seconds['attnres']:.3f}")
-    print(f"rd_attnres / attnres throughput: {seconds['attnres'] / seconds['rd_attnres']:.3f}")
+    decode_1k, decode_16k = (find(f"decode tokens/s ({n} context)", KVM, "kvm") for n in (1024, 16384))
+    decode_16k_over_1k = None if None in (decode_1k, decode_16k) else decode_16k / decode_1k
+    checks = [
+        ("standard / Llama training tokens/s", speed_ratio("training tokens/s", "valuearch", "llama"), 0.95),
+        ("standard / Llama decode tokens/s", speed_ratio("decode tokens/s", "valuearch", "llama"), 0.95),
+        ("BoV / standard training tokens/s", speed_ratio("training tokens/s", "bov", "valuearch"), 1.0),
+        ("BoV with lazy_adamw tables / standard training tokens/s",
+         speed_ratio("training tokens/s", LAZY_BOV, "valuearch"), 1.0),
+        ("ResFormer / standard training tokens/s", speed_ratio("training tokens/s", "resformer", "valuearch"), 0.95),
+        ("SATFormer / standard training tokens/s", speed_ratio("training tokens/s", "satformer", "valuearch"), 0.95),
+        ("Block AttnRes / standard training tokens/s", speed_ratio("training tokens/s", "attnres", "valuearch"),
+         0.90),
+        ("RD-AttnRes / Block AttnRes training tokens/s", speed_ratio("training tokens/s", "rd_attnres", "attnres"),
+         0.97),
+        ("KVM layer prefill speed-up over full attention, 16k", kvm_prefill_speedup(16384), 4.0),
+        ("KVM layer prefill speed-up over full attention, 1k", kvm_prefill_speedup(1024), 1 / 1.05),
+        ("KVM 2-layer model prefill speed-up over full attention, 1k", kvm_prefill_speedup(1024, "2-layer model"),
+         1 / 1.05),
+        ("KVM decode tokens/s, 16k / 1k context", decode_16k_over_1k, 0.9),
+    ]
+    results = [dict(target=name, ratio=ratio, needed=f">= {bound:.3g}", met=None if ratio is None else ratio >= bound)
+               for name, ratio, bound in checks]
+    bov_bytes = values.get(("memory", "cache bytes measured / formula", "bov"))
+    results.append(dict(target="BoV cache bytes, measured / formula", ratio=bov_bytes, needed="= 1",
+                        met=None if bov_bytes is None else bov_bytes == 1.0))
+    return results
+
+
+def markdown(rows: list[dict], target_rows: list[dict]) -> str:
+    def fmt(x):
+        return "" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
+
+    lines = ["| suite | metric | model | median | ratio to Llama | ratio to parent |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['suite']} | {r['metric']} | {r['candidate']} | {fmt(r['value'])} {r['unit']} | "
+                     f"{fmt(r['ratio_to_llama'])} | {fmt(r['ratio_to_parent'])} |")
+    if target_rows:
+        lines += ["", "| target | measured ratio | needed | met |", "|---|---|---|---|"]
+    for t in target_rows:
+        met = "" if t["met"] is None else "yes" if t["met"] else "**no**"
+        lines.append(f"| {t['target']} | {fmt(t['ratio'])} | {t['needed']} | {met} |")
+    return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=sorted(SUITES), help="which comparison to run")
+    parser.add_argument("suites", nargs="*", metavar="SUITE", help=f"any of {sorted(SUITES)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a few minutes on 2 CPU cores")
+    parser.add_argument("--output", default=None, help="write the medians and ratios as JSON to this file")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repetitions per candidate")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per candidate (default 5, quick 3)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile'd training candidates")
+    parser.add_argument("--profile", action="store_true", help="print torch.profiler op shares of training steps")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)  # internal: one memory measurement
     args = parser.parse_args(argv)
+    unknown = [name for name in args.suites if name not in SUITES]
+    if unknown:
+        parser.exit(2, f"bench.py: error: unknown suite(s) {unknown}; available: {sorted(SUITES)}\n")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(2, "bench.py: error: --device cuda, but torch sees no CUDA device\n")
     if args.threads:
         torch.set_num_threads(args.threads)
+    args.dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    if args.memory_child:
+        print(json.dumps(memory_child(args)))
+        return
     torch.manual_seed(args.seed)
-    SUITES[args.suite](args)
+    rows = []
+    for name in args.suites or list(SUITES):
+        started = time.perf_counter()
+        suite_rows = add_ratios(SUITES[name](args))
+        print(f"suite {name}: {time.perf_counter() - started:.0f} s\n{markdown(suite_rows, [])}\n", flush=True)
+        rows += suite_rows
+    target_rows = targets(rows)
+    print(f"\ndevice {args.device} ({args.dtype}), threads {torch.get_num_threads()}, "
+          f"{'quick' if args.quick else 'full'} sizes, median of {args.repeats} alternating rounds\n")
+    print(markdown(rows, target_rows))
+    if args.output:
+        settings = dict(device=args.device, dtype=str(args.dtype), threads=torch.get_num_threads(), quick=args.quick,
+                        repeats=args.repeats, compile=args.compile, torch=torch.__version__)
+        Path(args.output).write_text(json.dumps(dict(settings=settings, results=rows, targets=target_rows), indent=1))
 
 
 if __name__ == "__main__":

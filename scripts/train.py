@@ -59,6 +59,9 @@ def main(argv=None):
     optim.add_argument("--warmdown_fraction", type=float, default=None, help="fraction of the steps spent decaying")
     optim.add_argument("--final_lr_fraction", type=float, default=None, help="lr at the end, as a fraction")
     optim.add_argument("--table_optimizer", default=None, help="optimizer of the BoV value tables")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (TrainingArguments torch_compile=True); "
+                             "`scripts/bench.py training --compile` measures compiled vs eager")
     args, extra = parser.parse_known_args(argv)
     if len(extra) % 2 or not all(key.startswith("--") for key in extra[::2]):
         parser.error(f"TrainingArguments must come as --name value pairs, got {extra}")
@@ -75,6 +78,8 @@ def main(argv=None):
             parser.error(f"--set expects FIELD=VALUE, got {item!r}")
         overrides[field] = parse_value(value)
     training_arguments = {key[2:]: parse_value(value) for key, value in zip(extra[::2], extra[1::2])}
+    if args.compile:
+        training_arguments["torch_compile"] = True
     optimizer = {name: getattr(args, name) for name in ("optimizer", "warmdown_fraction", "final_lr_fraction",
                                                         "table_optimizer") if getattr(args, name) is not None}
     if "warmup_steps" in training_arguments:  # the recipe's schedule runs the warmup

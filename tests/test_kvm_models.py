@@ -59,9 +59,54 @@ def test_left_padded_batches_match_each_sequence_alone():
             assert generated[row, ids.shape[1]:].tolist() == alone[0, sequence.shape[1]:].tolist()
 
 
-def window_and_state_rows(length, chunk, window_chunks, slots):
-    window_start = max(0, math.ceil(length / chunk) * chunk - window_chunks * chunk)
-    return (length - window_start) + slots
+def count_extend_calls(monkeypatch) -> list[int]:
+    """Record the batch size of every `KVMMixer.extend` call."""
+    from hf_valuearch.kvm import KVMMixer
+
+    calls, extend = [], KVMMixer.extend
+    monkeypatch.setattr(KVMMixer, "extend", lambda self, state, queries, *a, **k: (
+        calls.append(queries.shape[0]), extend(self, state, queries, *a, **k))[1])
+    return calls
+
+
+def test_padded_prefill_runs_the_batch_at_once(monkeypatch):
+    model = tiny_model("kvm", kvm_chunk_size=4, kvm_state_min_slots=4)
+    sequences = [random_ids(1, 23, seed=3), random_ids(1, 9, seed=4), random_ids(1, 2, seed=5)]
+    ids, mask = left_pad(sequences)
+    calls = count_extend_calls(monkeypatch)
+    with torch.no_grad():
+        cache = output_cache(model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                                   use_cache=True))
+    assert calls == [3] * 3  # one call per layer for the whole batch
+    alone = [output_cache(model(sequence, use_cache=True)) for sequence in sequences]
+    for layer_idx, layer in enumerate(cache.layers):  # each row's state is the state it reaches alone
+        assert len(layer.states) == 3
+        for row_state, row_cache in zip(layer.states, alone):
+            expected = row_cache.layers[layer_idx].states[0]
+            assert (row_state.seen, row_state.covered) == (expected.seen, expected.covered)
+            for got, want in zip(row_state.tensors(), expected.tensors()):
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_padded_continuation_of_a_shared_state_matches_each_sequence_alone():
+    model = tiny_model("kvm", kvm_chunk_size=4, kvm_state_min_slots=4,
+                       mixer_types=["kvm", "full_attention", "kvm"])
+    prefix, new = random_ids(3, 10, seed=6), random_ids(3, 9, seed=7)
+    new_mask = torch.ones(3, 9, dtype=torch.long)
+    new_mask[1, :4] = 0  # padding inside the batch, after a shared unpadded prefix
+    new_mask[2, [0, 1, 2, 4, 5, 6, 7]] = 0
+    mask = torch.cat((torch.ones(3, 10, dtype=torch.long), new_mask), dim=1)
+    with torch.no_grad():
+        cache = output_cache(model(prefix, use_cache=True))
+        batched = model(new, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1)[:, 10:], cache=cache).logits
+        for row in range(3):
+            sequence = torch.cat((prefix[row], new[row][new_mask[row].bool()]))[None]
+            alone = model(sequence).logits[0, 10:]
+            torch.testing.assert_close(batched[row][new_mask[row].bool()], alone, atol=1e-5, rtol=0)
+
+
+def window_tokens(length, chunk, window_chunks):
+    return length - max(0, math.ceil(length / chunk) * chunk - window_chunks * chunk)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -69,14 +114,14 @@ def test_cache_bytes_equal_the_window_plus_state_formula(dtype):
     model = tiny_model("kvm", kvm_chunk_size=4, kvm_state_min_slots=4).to(dtype)
     ids = random_ids(3, 41)
     config = model.config
-    per_row = config.num_key_value_heads * (2 * config.head_dim + 1) * torch.finfo(dtype).bits // 8
+    per_row = config.num_key_value_heads * (2 * config.head_dim + 1)  # keys, values, radius or gate
     with torch.no_grad():
         cache = None
         for start, end in ((0, 9), (9, 10), (10, 27), (27, 28), (28, 41)):
             cache = output_cache(model(ids[:, start:end], cache=cache, use_cache=True))
-            for layer in cache.layers:  # fixed 4-slot state once the first chunk is complete
-                rows = window_and_state_rows(end, 4, 2, slots=min(end, 4))
-                assert layer.nbytes() == 3 * rows * per_row
+            for layer in cache.layers:  # fixed 4-slot float32 state once the first chunk is complete; window in dtype
+                window_bytes = window_tokens(end, 4, 2) * per_row * torch.finfo(dtype).bits // 8
+                assert layer.nbytes() == 3 * (window_bytes + min(end, 4) * per_row * 4)
     assert cache.get_seq_length() == 41
 
 

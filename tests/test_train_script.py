@@ -49,7 +49,7 @@ def test_train_resume_after_crash_continues_the_same_run(corpus, tmp_path, monke
     straight = load_file(tmp_path / "straight" / "final" / "model.safetensors")
     assert (tmp_path / "straight" / "final" / "tokenizer.json").exists()
     card = (tmp_path / "straight" / "final" / "README.md").read_text()
-    assert "tags: [hf_valuearch, valuearch]" in card and '"eval_loss"' in card and "2 x 32" in card
+    assert "- hf_valuearch\n- valuearch\n" in card and "| eval_loss |" in card and "2 layers, width 32" in card
 
     # Crash while the second checkpoint is being written: it must not appear half-written.
     original = Trainer._save_rng_state
@@ -187,6 +187,18 @@ def test_hub_dataset_offline_fails_with_a_clear_message(tmp_path):
     assert result.returncode != 0
     assert "could not stream Hub dataset 'someone/not-a-local-dataset'" in result.stderr
     assert "pass a local text file or directory" in result.stderr
+
+
+def test_compile_flag_asks_trainer_to_compile(monkeypatch, tmp_path):
+    import hf_valuearch.training
+
+    received = {}
+    monkeypatch.setattr(hf_valuearch.training, "pretrain", lambda *args, **kwargs: received.update(kwargs) or {})
+    run_script("train", "--config", "valuearch", "--output_dir", str(tmp_path), "--compile")
+    assert received["torch_compile"] is True
+    received.clear()
+    run_script("train", "--config", "valuearch", "--output_dir", str(tmp_path))
+    assert "torch_compile" not in received
 
 
 def test_budgets_set_the_steps(tmp_path):

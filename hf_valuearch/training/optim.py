@@ -112,9 +112,42 @@ def adamw(groups: list[dict]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups)
 
 
-# The value tables' optimizer, by name: factory(param groups) -> optimizer. A sparse or lazy table update
-# (only the rows of the batch's tokens) registers here and is chosen with `table_optimizer`.
-TABLE_OPTIMIZERS: dict[str, Callable[[list[dict]], torch.optim.Optimizer]] = {"adamw": adamw}
+class LazyRowAdamW(torch.optim.Optimizer):
+    """AdamW that updates only the rows of a [rows, dim] table whose gradient is non-zero: the rows of the batch's
+    tokens (TensorFlow's LazyAdam, with decoupled weight decay). Rows of unseen tokens keep their value and their
+    moments, where dense AdamW (the paper's) decays their moments and keeps moving them with the old momentum, and
+    decays their weights; bias correction uses the global step. A row's update equals dense AdamW's whenever the
+    row was seen at every step so far (tests/test_optim.py)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for table in group["params"]:
+                if table.grad is None:
+                    continue
+                state = self.state[table]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(table), exp_avg_sq=torch.zeros_like(table))
+                state["step"] += 1
+                rows = table.grad.ne(0).any(dim=-1).nonzero().squeeze(-1)  # [n] rows of the batch's tokens
+                grad = table.grad[rows]
+                exp_avg = state["exp_avg"][rows].mul_(beta1).add_(grad, alpha=1 - beta1)
+                exp_avg_sq = state["exp_avg_sq"][rows].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                state["exp_avg"][rows], state["exp_avg_sq"][rows] = exp_avg, exp_avg_sq
+                step_size = group["lr"] / (1 - beta1 ** state["step"])
+                denominator = (exp_avg_sq / (1 - beta2 ** state["step"])).sqrt_().add_(group["eps"])
+                updated = table[rows].mul_(1 - group["lr"] * group["weight_decay"])
+                table[rows] = updated.addcdiv_(exp_avg, denominator, value=-step_size)
+
+
+# The value tables' optimizer, by name: factory(param groups) -> optimizer. "lazy_adamw" updates only the rows of
+# the batch's tokens (`LazyRowAdamW`); the papers' default is dense "adamw".
+TABLE_OPTIMIZERS: dict[str, Callable[[list[dict]], torch.optim.Optimizer]] = {"adamw": adamw,
+                                                                               "lazy_adamw": LazyRowAdamW}
 
 
 class CombinedOptimizer(torch.optim.Optimizer):
