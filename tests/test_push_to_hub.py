@@ -15,7 +15,7 @@ from tests.common import run_script, save_tiny_checkpoint, tiny_model
 def checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ship") / "final"
     save_tiny_checkpoint(folder)
-    write_model_card(folder, training={"train_loss": 5.0, "global_step": 3})
+    write_model_card(folder, record={"train_loss": 5.0, "global_step": 3})
     return folder
 
 

@@ -49,7 +49,7 @@ def test_train_resume_after_crash_continues_the_same_run(corpus, tmp_path, monke
     straight = load_file(tmp_path / "straight" / "final" / "model.safetensors")
     assert (tmp_path / "straight" / "final" / "tokenizer.json").exists()
     card = (tmp_path / "straight" / "final" / "README.md").read_text()
-    assert "tags: [hf_valuearch, valuearch]" in card and '"eval_loss"' in card and "2 x 32" in card
+    assert "- hf_valuearch\n- valuearch\n" in card and "| eval_loss |" in card and "2 layers, width 32" in card
 
     # Crash while the second checkpoint is being written: it must not appear half-written.
     original = Trainer._save_rng_state

@@ -1,15 +1,43 @@
-"""Model cards (the Hub's README.md) rendered for a checkpoint directory from its saved config and metrics."""
+"""Model cards (the Hub's README.md) rendered for a checkpoint directory.
+
+Each model type has a template, `model_cards/MODEL_TYPE.md` at the top of the repository: the prose (what the model
+is, its mechanism) and `${placeholders}` that `render_model_card` fills from the preset declaration (paper,
+citation), the saved config, the parameters and cache sizes computed from it, the run's `training_metrics.json`
+and, when `scripts/evaluate.py` left one beside the checkpoint, `results.json`. The template's first line names the
+config fields its card shows: `<!-- config fields: a, b -->`. The Hub's YAML metadata (library_name, tags, license,
+datasets, base_model, model-index) is written by `card_metadata`.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from string import Template
 
 import torch
+from huggingface_hub import EvalResult, ModelCardData
 
 from .. import MODEL_TYPES, PRESETS
+from ..cache_valuearch import cache_bytes_per_token
+from ..configuration_valuearch import ValueArchConfig
 
-TRAINING_RECORD = "training_metrics.json"  # what the run that wrote the checkpoint reports (metrics, steps, data)
+TEMPLATES = Path(__file__).resolve().parents[2] / "model_cards"
+# What produced the checkpoint: the training run's metrics (data, steps, losses) or a conversion's source, as
+# `base_model`; scripts/train.py also reads it to tell a finished run.
+RECORD = "training_metrics.json"
+EVAL_RESULTS = "results.json"  # written by scripts/evaluate.py: {"suite", "model", "lm_eval", "summary", ...}
+LICENSE = "apache-2.0"  # the license of the package, whose code files every checkpoint carries
+FIELDS_LINE = re.compile(r"<!-- config fields: (.*) -->\n")
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+# The backbone fields a standard transformer of the same shape shares with any model type.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings")
+
+
+def template_path(model_type: str) -> Path:
+    return TEMPLATES / f"{model_type}.md"
+
 
 def load_config(directory: Path):
     """The config saved in `directory`, as the class of its model type."""
@@ -20,6 +48,80 @@ def load_config(directory: Path):
         raise ValueError(f"{directory}/config.json has model_type {model_type!r}; hf_valuearch cards cover "
                          f"{sorted(MODEL_TYPES)}")
     return MODEL_TYPES[model_type][0].from_pretrained(directory)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def cache_dtype(config) -> torch.dtype:
+    """The dtype the checkpoint's activations (and so its cache) use: its saved dtype, float32 if none."""
+    dtype = getattr(config, "dtype", None) or torch.float32
+    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."))
+
+
+def standard_peer(config) -> ValueArchConfig:
+    """The standard transformer of the same shape (full attention, standard values and residual stream)."""
+    return ValueArchConfig(**{field: getattr(config, field) for field in SHAPE_FIELDS})
+
+
+def table(header: tuple[str, ...], rows: list[tuple]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows])
+
+
+def number(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"`{value}`"
+    return f"{value:,}" if isinstance(value, int) else f"{value:.6g}"
+
+
+def config_section(config, fields: list[str]) -> str:
+    shape = (f"{config.num_hidden_layers} layers, width {config.hidden_size}, {config.num_attention_heads} heads "
+             f"({config.num_key_value_heads} KV heads) of dimension {config.head_dim}, vocabulary {config.vocab_size:,}, "
+             f"context {config.max_position_embeddings:,}")
+    return shape + ".\n\n" + table(("field", "value"), [(f"`{field}`", number(getattr(config, field)))
+                                                        for field in fields])
+
+
+def parameters_section(split: dict[str, int], flops: float, context: int) -> str:
+    rows = [(kind, f"{count:,}") for kind, count in split.items()] + [("total", f"{sum(split.values()):,}")]
+    return (table(("kind", "parameters"), rows) + "\n\n"
+            "dense: every weight the forward multiplies or scales (embeddings, projections, norms, gates, scalars); "
+            "table: value tables read by token id (lookups, no FLOPs); routing: depth-routing pseudo-queries and "
+            f"key norms. Tied weights count once. Training compute: {flops:,.0f} FLOPs per token on {context:,}-token "
+            "sequences (forward and backward, counted as the papers do: `hf_valuearch.training.accounting`).")
+
+
+def cache_section(config) -> str:
+    dtype, peer = cache_dtype(config), standard_peer(config)
+    context = config.max_position_embeddings
+    rows = []
+    for label, length in ((f"per token at {context:,} tokens", context), ("per token of a long sequence", None)):
+        ours, standard = cache_bytes_per_token(config, dtype, length), cache_bytes_per_token(peer, dtype, length)
+        rows.append((label, f"{ours:,.1f}", f"{standard:,.1f}", f"{ours / standard:.3f}"))
+    return (table(("generation cache bytes", "this model", "standard transformer, same shape", "ratio"), rows)
+            + f"\n\nFor one sequence, activations in {str(dtype).removeprefix('torch.')}; \"long sequence\" counts "
+            "only the cache that keeps growing with the context (full-attention layers).")
+
+
+def training_section(record: dict) -> str:
+    if not record:
+        return f"No record of how this checkpoint was made (`{RECORD}`) beside it."
+    rows = [(key, number(value)) for key, value in record.items() if value is not None and not isinstance(value, dict)]
+    return table(("record", "value"), rows)
+
+
+def evaluation_section(results: dict) -> str:
+    summary = results.get("summary") or {}
+    if not summary:
+        return ("No evaluation results yet: run `python scripts/evaluate.py` on this checkpoint and render the "
+                "card again.")
+    rows = [(task, metric, number(value)) for task, metrics in summary.items() for metric, value in metrics.items()]
+    text = table(("task", "metric", "value"), rows)
+    if results.get("core_score") is not None:
+        text += f"\n\nCORE score: {number(results['core_score'])}"
+    return text
 
 
 def usage_snippet(repo_id: str) -> str:
@@ -36,62 +138,63 @@ def usage_snippet(repo_id: str) -> str:
     ])
 
 
+def card_metadata(config, repo_id: str, record: dict, results: dict) -> ModelCardData:
+    """The Hub's YAML front matter: base_model / datasets only when they name Hub repositories."""
+    base_model = str(record.get("base_model") or "")
+    data = str(record.get("data") or "")
+    eval_results = [EvalResult(task_type="text-generation", dataset_type=task, dataset_name=task, metric_type=metric,
+                               metric_name=metric, metric_value=value)
+                    for task, metrics in (results.get("summary") or {}).items() for metric, value in metrics.items()]
+    return ModelCardData(
+        library_name="transformers", pipeline_tag="text-generation", license=LICENSE,
+        tags=["hf_valuearch", config.model_type, "custom_code"],
+        base_model=base_model if HUB_ID.match(base_model) and not Path(base_model).exists() else None,
+        datasets=[data[3:].partition(":")[0]] if data.startswith("hf:") else None,
+        model_name=repo_id if eval_results else None, eval_results=eval_results or None,
+    )
+
+
 def render_model_card(directory: str | Path, repo_id: str | None = None) -> str:
     """The README.md text for the checkpoint in `directory`; the usage snippet loads `repo_id` (default: the
     directory's path)."""
     directory = Path(directory)
     config = load_config(directory)
+    template = template_path(config.model_type)
+    if not template.is_file():
+        raise ValueError(f"model type {config.model_type!r} has no card template {template}")
+    fields_line = FIELDS_LINE.match(template.read_text())
+    if fields_line is None:
+        raise ValueError(f"{template} must start with '<!-- config fields: FIELD, ... -->'")
+    repo_id = repo_id or str(directory)
+    record, results = read_json(directory / RECORD), read_json(directory / EVAL_RESULTS)
+    from ..training.accounting import flops_per_token, parameter_split  # here: hf_valuearch.training imports cards
+
+    preset = PRESETS[config.model_type]
     with torch.device("meta"):
         model = MODEL_TYPES[config.model_type][2](config)
-    parameters = sum(p.numel() for p in model.parameters())
-    mixers = sorted(set(config.mixer_types))
-    preset = PRESETS[config.model_type]
-    record = directory / TRAINING_RECORD
-    metrics = json.loads(record.read_text()) if record.is_file() else None
-    lines = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: text-generation",
-        f"tags: [hf_valuearch, {config.model_type}]",
-        "---",
-        "",
-        f"# {config.model_type} ({parameters / 1e6:.1f}M parameters)",
-        "",
-        f"Built with hf_valuearch, which implements {preset.mechanism} ({preset.paper.title}, "
-        f"[arXiv:{preset.paper.arxiv}]({preset.paper.url})). {preset.summary}",
-        "",
-        "| field | value |",
-        "|---|---|",
-        f"| layers x width | {config.num_hidden_layers} x {config.hidden_size} |",
-        f"| heads / KV heads / head dim | {config.num_attention_heads} / {config.num_key_value_heads} / {config.head_dim} |",
-        f"| value source | {config.value_source} |",
-        f"| value path | mix {config.value_mix}, {config.value_coefficients} coefficients, layers "
-        f"{config.value_layer_indices or 'none'} |",
-        f"| depth routing | {config.depth_routing} |",
-        f"| sequence mixers | {', '.join(mixers)} |",
-        f"| vocabulary | {config.vocab_size} |",
-        "",
-        "## Usage",
-        "",
-        usage_snippet(repo_id or str(directory)),
-        "",
-        "## Citation",
-        "",
-        "```bibtex",
-        preset.paper.citation,
-        "```",
-    ]
-    if metrics:
-        lines += ["", "## Training metrics", "", "```json", json.dumps(metrics, indent=2, default=str), "```"]
-    return "\n".join(lines) + "\n"
+    body = Template(template.read_text()[fields_line.end():]).substitute(
+        name=repo_id.rstrip("/").split("/")[-1],
+        mechanism=preset.mechanism,
+        summary=preset.summary,
+        paper=f"[{preset.paper.title}]({preset.paper.url}) (arXiv:{preset.paper.arxiv})",
+        config=config_section(config, [field.strip() for field in fields_line.group(1).split(",")]),
+        parameters=parameters_section(parameter_split(model), flops_per_token(config, config.max_position_embeddings),
+                                      config.max_position_embeddings),
+        cache=cache_section(config),
+        training=training_section(record),
+        evaluation=evaluation_section(results),
+        usage=usage_snippet(repo_id),
+        citation=f"```bibtex\n{preset.paper.citation}\n```",
+    )
+    return f"---\n{card_metadata(config, repo_id, record, results).to_yaml()}\n---\n\n{body}"
 
 
-def write_model_card(directory: str | Path, repo_id: str | None = None, training: dict | None = None) -> Path:
-    """Write `directory/README.md`; `training` (the run's metrics) is first saved beside it as training_metrics.json, so
-    the card can be rendered again later (e.g. for the repo id it is pushed to)."""
+def write_model_card(directory: str | Path, repo_id: str | None = None, record: dict | None = None) -> Path:
+    """Write `directory/README.md`; `record` (what produced the checkpoint) is first saved beside it as
+    training_metrics.json, so the card can be rendered again later (e.g. for the repo id it is pushed to)."""
     directory = Path(directory)
-    if training is not None:
-        (directory / TRAINING_RECORD).write_text(json.dumps(training, indent=2, default=str) + "\n")
+    if record is not None:
+        (directory / RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
     path = directory / "README.md"
     path.write_text(render_model_card(directory, repo_id))
     return path

@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .. import MODEL_TYPES, PRESETS
+from ..cards import write_model_card
 from ..configuration_valuearch import ValueArchConfig
 from ..modeling_valuearch import ValueArchForCausalLM
 from .common import carried_fields, copy_weights
@@ -202,12 +203,16 @@ def _first_line(error: Exception) -> str:
 
 
 def save_converted(model: PreTrainedModel, destination: str | Path, tokenizer_source: str | Path) -> None:
-    """Save a converted model (weights, config, remote code) with the tokenizer files found in `tokenizer_source`."""
+    """Save a converted model (weights, config, remote code) with the tokenizer files found in `tokenizer_source`
+    (the source checkpoint) and, for hf_valuearch targets, a model card naming the source as its base model."""
     destination = Path(destination)
     model.save_pretrained(destination)
     for name in TOKENIZER_FILES:
         if (Path(tokenizer_source) / name).exists():
             shutil.copy2(Path(tokenizer_source) / name, destination / name)
+    if model.config.model_type in MODEL_TYPES:
+        write_model_card(destination, record={"base_model": str(tokenizer_source),
+                                              "converted_to": model.config.model_type})
 
 
 def convert_checkpoint(source: str | Path, destination: str | Path, target: str) -> PreTrainedModel:

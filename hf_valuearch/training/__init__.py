@@ -365,7 +365,7 @@ def pretrain(
     trainer.save_model(str(staging))
     if args.should_save:
         tokenizer.save_pretrained(staging)
-        write_model_card(staging, training=metrics)
+        write_model_card(staging, record=metrics)
         replace_directory(staging, final)
         print(f"final model and tokenizer: {final}")
         if hub.get("push_to_hub"):

@@ -200,7 +200,7 @@ def finetune(
         model_to_save.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         if card:
-            write_model_card(staging, training=metrics)
+            write_model_card(staging, record=metrics)
         replace_directory(staging, output / name)
 
     save(model, "final", card=not lora)  # an adapter folder carries PEFT's own README

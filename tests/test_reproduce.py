@@ -1,0 +1,128 @@
+"""scripts/reproduce.py: every group end to end at a micro scale, FLOP matching, resuming, and the aggregation over
+seeds (means, spreads, paired differences) on given numbers."""
+
+import dataclasses
+import json
+import math
+import random
+
+import pytest
+
+from hf_valuearch.reproduction import aggregate, reproduce
+from hf_valuearch.reproduction.groups import GROUPS, SCALES
+from hf_valuearch.reproduction.statistics import format_spread, mean_and_spread, paired_differences
+from tests.common import run_script
+
+WORDS = "the a value bank layer token attention residual depth state window query key mean sum of in to".split()
+MECHANISM = {"bov": ("bov", "value_scale"), "satformer": ("satformer", "v1_gate_zero_fraction"),
+             "rd_attnres": ("rd_attnres", "qk_value_js"), "kvm": ("kvm_sqrt16", "state_slots")}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = random.Random(0)
+    paragraphs = ["\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) + "." for _ in range(4)) for _ in range(150)]
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n\n".join(paragraphs))
+    return str(path)
+
+
+def test_mean_and_spread_of_given_numbers():
+    assert mean_and_spread([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0, "n": 3}  # sample std: n - 1
+    assert mean_and_spread([4.0]) == {"mean": 4.0, "std": None, "n": 1}
+    assert format_spread(mean_and_spread([1.0, 2.0, 3.0])) == "2.0000 ± 1.0000"
+    assert format_spread(mean_and_spread([-0.5]), signed=True) == "-0.5000"
+    with pytest.raises(ValueError, match="at least one value"):
+        mean_and_spread([])
+
+
+def test_paired_differences_subtract_the_same_seed():
+    variant, baseline = {0: 3.0, 1: 3.5, 2: 2.5}, {0: 3.2, 1: 3.6, 2: 2.9}
+    result = paired_differences(variant, baseline)
+    assert result["per_seed"] == pytest.approx({0: -0.2, 1: -0.1, 2: -0.4})
+    assert result["mean"] == pytest.approx(-0.7 / 3)
+    assert result["std"] == pytest.approx(math.sqrt(((0.1 / 3) ** 2 + (0.4 / 3) ** 2 + (0.5 / 3) ** 2) / 2))
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_differences({0: 1.0, 1: 2.0}, {0: 1.0, 2: 2.0})
+
+
+def test_aggregate_over_seeds_against_the_baseline():
+    runs = {"base": {0: {"eval_loss": 2.0, "eval_bpb": 1.0}, 1: {"eval_loss": 4.0, "eval_bpb": 2.0}},
+            "new": {0: {"eval_loss": 1.5, "eval_bpb": 0.5}, 1: {"eval_loss": 3.0, "eval_bpb": None}}}
+    summary = aggregate(runs, "base")
+    assert summary["base"]["eval_loss"] == {"mean": 3.0, "std": pytest.approx(math.sqrt(2)), "n": 2}
+    assert "eval_loss_vs_baseline" not in summary["base"]
+    assert summary["new"]["eval_loss_vs_baseline"]["per_seed"] == {0: -0.5, 1: -1.0}
+    assert summary["new"]["eval_loss_vs_baseline"]["mean"] == -0.75
+    assert "eval_bpb" not in summary["new"]  # not measured in every run: left out, never partly averaged
+
+
+def test_bad_input_gets_a_clear_error(tmp_path, corpus):
+    with pytest.raises(ValueError, match="unknown group 'resnet'"):
+        reproduce("resnet", corpus, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="unknown scale 'huge'"):
+        reproduce("kvm", corpus, "huge", output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="--seeds 0 is invalid"):
+        reproduce("kvm", corpus, seeds=0, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="no paper-scale config for 'baseline'"):
+        reproduce("satformer", corpus, "paper", output_dir=str(tmp_path))
+    with pytest.raises(SystemExit, match="error: --max_steps 0 is invalid"):
+        run_script("reproduce", "kvm", "--corpus", corpus, "--max_steps", "0", "--output_dir", str(tmp_path))
+
+
+def check_outputs(results, group_dir, group):
+    names = [variant.name for variant in group.variants]
+    assert list(results["variants"]) == names
+    table = (group_dir / "results.md").read_text()
+    for name in names:
+        assert f"| {name} | " in table
+        run = results["runs"][name][0]
+        assert math.isfinite(run["eval_loss"]) and run["history"]["train"]
+    assert json.loads((group_dir / "results.json").read_text())["summary"].keys() == set(names)
+    assert (group_dir / "loss_curves.png").stat().st_size > 0 and (group_dir / "layer_diagnostics.png").exists()
+    variant, statistic = MECHANISM[group.name]
+    assert results["runs"][variant][0]["layers"][statistic]  # the mechanism's per-layer diagnostic, reported
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group_name", ["satformer", "rd_attnres", "kvm"])
+def test_group_end_to_end_at_micro_scale(group_name, corpus, tmp_path):
+    results = reproduce(group_name, corpus, "tiny", seeds=1, output_dir=str(tmp_path), max_steps=1)
+    check_outputs(results, tmp_path / group_name, GROUPS[group_name])
+    assert "a smoke run, budgets not matched" in (tmp_path / group_name / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_bov_table_is_flop_matched(corpus, tmp_path, monkeypatch):
+    """Every row gets the baseline's FLOPs: rows without v_proj in their table layers train on more tokens."""
+    tiny = SCALES["tiny"]
+    monkeypatch.setitem(SCALES, "tiny", dataclasses.replace(tiny, baseline_tokens=2 * tiny.batch_size * tiny.block_size))
+    results = reproduce("bov", corpus, "tiny", seeds=1, output_dir=str(tmp_path))
+    check_outputs(results, tmp_path / "bov", GROUPS["bov"])
+    assert len(results["variants"]) == 14  # BoV Table 1's 13 rows and BoV
+    budget = results["runs"]["row01_baseline"][0]["flops"]
+    step_tokens = tiny.batch_size * tiny.block_size
+    for name, variant in results["variants"].items():
+        flops = results["runs"][name][0]["flops"]
+        assert budget <= flops < budget + step_tokens * variant["flops_per_token"]  # ceil to whole steps
+    assert results["runs"]["bov"][0]["global_step"] > results["runs"]["row01_baseline"][0]["global_step"]
+
+
+@pytest.mark.slow
+def test_rerun_resumes_and_retrains_nothing(corpus, tmp_path, capsys):
+    arguments = ["satformer", "--corpus", corpus, "--seeds", "2", "--max_steps", "1", "--output_dir", str(tmp_path)]
+    run_script("reproduce", *arguments)
+    finals = sorted((tmp_path / "satformer" / "runs").glob("*/seed*/final/model.safetensors"))
+    assert len(finals) == 6
+    written = {path: path.stat().st_mtime_ns for path in finals}
+    capsys.readouterr()
+    run_script("reproduce", *arguments)
+    assert capsys.readouterr().out.count("nothing to do") == 6
+    assert {path: path.stat().st_mtime_ns for path in finals} == written
+    results = json.loads((tmp_path / "satformer" / "results.json").read_text())
+    runs, difference = results["runs"], results["summary"]["satformer"]["eval_loss_vs_baseline"]
+    for seed in ("0", "1"):  # paired per seed
+        expected = runs["satformer"][seed]["eval_loss"] - runs["baseline"][seed]["eval_loss"]
+        assert difference["per_seed"][seed] == pytest.approx(expected)
+    with pytest.raises(SystemExit, match="error: .* holds runs of another setting"):
+        run_script("reproduce", *arguments[:-2], "--output_dir", str(tmp_path), "--seeds", "3")
