@@ -18,14 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hf_valuearch.training import parse_cli_value  # noqa: E402
 from hf_valuearch.training.finetune import finetune  # noqa: E402
-
-
-def parse_value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def main(argv=None):
@@ -48,7 +42,7 @@ def main(argv=None):
     args, extra = parser.parse_known_args(argv)
     if len(extra) % 2:
         parser.error(f"TrainingArguments must come as --name value pairs, got {extra}")
-    training_arguments = {key.lstrip("-"): parse_value(value) for key, value in zip(extra[::2], extra[1::2])}
+    training_arguments = {key.lstrip("-"): parse_cli_value(value) for key, value in zip(extra[::2], extra[1::2])}
     try:
         metrics = finetune(
             args.model, args.data, args.output_dir, lora=args.lora, lora_r=args.lora_r, lora_alpha=args.lora_alpha,

@@ -2,7 +2,7 @@
 
     python scripts/train.py --config valuearch --output_dir runs/baseline --max_steps 200
 
---config is a config JSON file or a model type (meaning its tiny config, e.g. configs/valuearch/tiny.json).
+--config is a config JSON file or a model type (meaning its tiny config, configs/tiny/TYPE.json).
 --data is a text / jsonl / parquet file, a directory of them, or `hf:NAME[:CONFIG]` (a Hub dataset, streamed);
 without it the run uses the embedded default corpus (Python's own documentation text; no network needed).
 Without --tokenizer, a byte-level BPE of the config's vocab_size is trained on the corpus first.
@@ -25,14 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from transformers import TrainingArguments  # noqa: E402
 
-from hf_valuearch.training import pretrain  # noqa: E402
-
-
-def parse_value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+from hf_valuearch.training import parse_cli_value, pretrain  # noqa: E402
 
 
 def main(argv=None):
@@ -77,8 +70,8 @@ def main(argv=None):
         field, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--set expects FIELD=VALUE, got {item!r}")
-        overrides[field] = parse_value(value)
-    training_arguments = {key[2:]: parse_value(value) for key, value in zip(extra[::2], extra[1::2])}
+        overrides[field] = parse_cli_value(value)
+    training_arguments = {key[2:]: parse_cli_value(value) for key, value in zip(extra[::2], extra[1::2])}
     if args.compile:
         training_arguments["torch_compile"] = True
     optimizer = {name: getattr(args, name) for name in ("optimizer", "warmdown_fraction", "final_lr_fraction",

@@ -44,6 +44,14 @@ RUN_LOSS = "run_loss.json"  # in every checkpoint: the summed training loss of t
 TINY_CONFIGS = REPO / "configs" / "tiny"  # `--config TYPE` means TINY_CONFIGS/TYPE.json: trains on CPU in a minute
 
 
+def parse_cli_value(text: str):
+    """A command-line value as JSON where it parses (numbers, booleans, lists), else the string itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def check_config_fields(config_class, fields: dict, source: str):
     """Refuse a field `config_class` does not define, naming the closest valid one."""
     valid = {f.name for f in dataclasses.fields(config_class)}
