@@ -93,14 +93,19 @@ def fla_backbone_fields(config: dict, source: str) -> dict:
     return fields
 
 
+def read_fla_checkpoint(directory, model_type: str, format_name: str, source: str) -> tuple[dict, dict, dict]:
+    """(config dict, state dict, our backbone fields) of an fla-style checkpoint whose model_type must be `model_type`."""
+    config, state_dict = read_hf_checkpoint(directory)
+    if config.get("model_type") != model_type:
+        raise ValueError(f"{source} has model_type {config.get('model_type')!r}: format {format_name!r} reads "
+                         f"{model_type!r} checkpoints")
+    return config, state_dict, fla_backbone_fields(config, source)
+
+
 def load_fla_attnres(directory) -> ValueArchForCausalLM:
     """An fla `transformer` checkpoint directory -> AttnResForCausalLM (ValueArchForCausalLM without AttnRes)."""
-    config, state_dict = read_hf_checkpoint(directory)
     source = f"fla checkpoint {str(directory)!r}"
-    if config.get("model_type") != "transformer":
-        raise ValueError(f"{source} has model_type {config.get('model_type')!r}: format 'fla-attnres' reads fla's "
-                         "'transformer' model")
-    fields = fla_backbone_fields(config, source)
+    config, state_dict, fields = read_fla_checkpoint(directory, "transformer", "fla-attnres", source)
     if config.get("attnres_block_size") is None:
         return load_renamed(ValueArchForCausalLM(ValueArchConfig(**fields)), state_dict, renamer(FLA_NAMES), source)
     model = AttnResForCausalLM(AttnResConfig(**fields, attnres_block_size=config["attnres_block_size"]))

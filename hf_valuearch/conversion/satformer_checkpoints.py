@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..configuration_valuearch import SatFormerConfig, ValueArchConfig
 from ..modeling_valuearch import SatFormerForCausalLM, ValueArchForCausalLM
-from .common import load_renamed, read_hf_checkpoint
-from .fla_checkpoints import FLA_NAMES, fla_backbone_fields, renamer
+from .common import load_renamed
+from .fla_checkpoints import FLA_NAMES, read_fla_checkpoint, renamer
 
 GATE_NAMES = [(r"^model\.layers\.(\d+)\.attn\.value_residual_mixing\.alpha_proj\.",
                r"model.layers.\1.self_attn.value_path.v1_gate.")]
@@ -21,12 +21,8 @@ GATE_NAMES = [(r"^model\.layers\.(\d+)\.attn\.value_residual_mixing\.alpha_proj\
 
 def load_satformer(directory) -> ValueArchForCausalLM:
     """A SATFormer checkpoint directory -> SatFormerForCausalLM (ValueArchForCausalLM if the value residual is off)."""
-    config, state_dict = read_hf_checkpoint(directory)
     source = f"SATFormer checkpoint {str(directory)!r}"
-    if config.get("model_type") != "SATFormer":
-        raise ValueError(f"{source} has model_type {config.get('model_type')!r}: format 'satformer' reads "
-                         "'SATFormer' checkpoints")
-    fields = fla_backbone_fields(config, source)
+    config, state_dict, fields = read_fla_checkpoint(directory, "SATFormer", "satformer", source)
     last_k, layers = config.get("value_residual_last_k"), config["num_hidden_layers"]
     value_layers = "all" if last_k is None else list(range(max(layers - last_k, 1), layers))  # layer 0 makes V1
     if not config.get("use_value_residual", True) or not value_layers:  # a plain fla transformer
