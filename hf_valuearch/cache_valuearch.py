@@ -162,17 +162,32 @@ class ValueArchCache(Cache):
     With `config.smear_gate`, `smear_inputs` keeps the pre-smear decoder inputs of all cached positions
     ([B, 1, T, D] as its keys; cropped, reordered and selected with the layers), from which the next step's
     smear reads its predecessor.
+
+    With `config.token_shift`, `token_shift_inputs[layer]` maps each shifted stream of that layer ("q", "k", "v",
+    "mlp"; `modeling_valuearch.TokenShift`) to its last position [B, 1, C], the next step's predecessor. Only the
+    last position is kept, so such a cache cannot be cropped.
     """
+
+    not_croppable_with_token_shift = ("token_shift keeps only the last position of each shifted stream in the cache, "
+                                      "which cannot be cropped back to fewer tokens; assisted and prompt-lookup "
+                                      "decoding need that. Use greedy search, sampling or beam search.")
 
     def __init__(self, config):
         super().__init__(layers=[cache_layer_for(config, i) for i in range(config.num_hidden_layers)])
         self.smear_inputs = DynamicLayer() if config.smear_gate else None
+        self.token_shift_inputs = [{} for _ in range(config.num_hidden_layers)] if config.token_shift else None
 
     def _cached_tensors(self):
         layers = self.layers if self.smear_inputs is None else [*self.layers, self.smear_inputs]
         for layer in layers:
             if not isinstance(layer, KVMCacheLayer):
                 yield from (t for t in (layer.keys, layer.values) if t is not None)
+        for stored in self.token_shift_inputs or ():
+            yield from stored.values()
+
+    def _map_token_shift_inputs(self, function):
+        for stored in self.token_shift_inputs or ():
+            stored.update({name: function(tensor) for name, tensor in stored.items()})
 
     def nbytes(self) -> int:
         """Bytes of the tensors every layer (and the smear inputs) holds (what `cache_bytes` predicts)."""
@@ -183,8 +198,11 @@ class ValueArchCache(Cache):
         super().reorder_cache(beam_idx)
         if self.smear_inputs is not None:
             self.smear_inputs.reorder_cache(beam_idx)
+        self._map_token_shift_inputs(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
 
     def crop(self, tokens_to_remove: int) -> None:
+        if self.token_shift_inputs is not None:
+            raise ValueError(self.not_croppable_with_token_shift)
         super().crop(tokens_to_remove)
         if self.smear_inputs is not None:
             self.smear_inputs.crop(tokens_to_remove)
@@ -193,11 +211,13 @@ class ValueArchCache(Cache):
         super().batch_repeat_interleave(repeats)
         if self.smear_inputs is not None:
             self.smear_inputs.batch_repeat_interleave(repeats)
+        self._map_token_shift_inputs(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor):
         super().batch_select_indices(indices)
         if self.smear_inputs is not None:
             self.smear_inputs.batch_select_indices(indices)
+        self._map_token_shift_inputs(lambda tensor: tensor[indices])
 
 
 def check_cache(config, cache) -> None:
@@ -206,8 +226,9 @@ def check_cache(config, cache) -> None:
     if cache is None or isinstance(cache, ValueArchCache):
         return
     own_layers = [i for i, mixer in enumerate(config.mixer_types) if mixer == "kvm" or caches_token_ids(config, i)]
-    if own_layers or config.smear_gate:
-        needs = f"layers {own_layers} (KVM state / BoV token ids)" if own_layers else "smear_gate (smear inputs)"
+    if own_layers or config.smear_gate or config.token_shift:
+        needs = (f"layers {own_layers} (KVM state / BoV token ids)" if own_layers
+                 else "smear_gate (smear inputs)" if config.smear_gate else "token_shift (last inputs)")
         raise ValueError(
             f"{needs} need a ValueArchCache, got {type(cache).__name__}; "
             "pass no cache (the model builds its ValueArchCache) or ValueArchCache(config)."
@@ -239,10 +260,20 @@ def cache_layer_bytes(config, layer_idx: int, dtype: torch.dtype, context_length
 
 def cache_bytes(config, dtype: torch.dtype, context_length: int, batch_size: int = 1) -> int:
     """Bytes of a `ValueArchCache` after `context_length` tokens of `batch_size` sequences, activations in `dtype`
-    (plus, with `smear_gate`, the hidden_size pre-smear inputs of every position)."""
+    (plus, with `smear_gate`, the hidden_size pre-smear inputs of every position, and with `token_shift`, the
+    last q, k, v and MLP input of every layer)."""
     smear_bytes = context_length * smear_bytes_per_token(config, dtype)
-    return batch_size * (smear_bytes + sum(cache_layer_bytes(config, i, dtype, context_length)
-                                           for i in range(config.num_hidden_layers)))
+    return batch_size * (smear_bytes + token_shift_bytes(config, dtype)
+                         + sum(cache_layer_bytes(config, i, dtype, context_length)
+                               for i in range(config.num_hidden_layers)))
+
+
+def token_shift_bytes(config, dtype: torch.dtype) -> int:
+    """Bytes of the last q, k, v and MLP input every layer keeps for one sequence (`token_shift`), else 0."""
+    if not config.token_shift:
+        return 0
+    widths = (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim + config.hidden_size
+    return config.num_hidden_layers * widths * torch.empty((), dtype=dtype).element_size()
 
 
 def smear_bytes_per_token(config, dtype: torch.dtype) -> int:

@@ -24,17 +24,18 @@ from .presets import PRESETS, Preset
 
 # --- allowed values of each axis ------------------------------------------------------------------
 VALUE_SOURCES = ("residual", "table", "x0", "v1")
-VALUE_MIXES = ("substitute", "add", "relu_gate")
+VALUE_MIXES = ("substitute", "add", "relu_gate", "sigmoid_lerp")
 VALUE_COEFFICIENTS = ("fixed", "learnable")
 VALUE_LAYER_SETS = ("all", "every_other", "last_third")
 DEPTH_ROUTINGS = ("standard", "block_attnres", "rd_attnres")
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")  # RD-AttnRes V-route query (depth_routing.py)
 MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")  # declared in cache_valuearch.SEQUENCE_MIXERS
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
+NORM_TYPES = ("rmsnorm", "layernorm")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
 MLP_ACTIVATIONS = ("swiglu", "relu2")
 INITIALIZATIONS = ("normal", "nanochat")
-ROPE_TABLE_DTYPES = ("bfloat16",)
+ROPE_TABLE_DTYPES = ("bfloat16",)  # also the allowed kvm_readout_dtype
 
 
 def _fail(field: str, value, allowed: str):
@@ -68,11 +69,18 @@ class ValueArchConfig(PreTrainedConfig):
         qk_norm: per-head normalisation of q and k after projection, before RoPE: "none", "rmsnorm" or
             "layernorm" (KVM backbone, SATFormer).
         qk_norm_eps: epsilon of the q/k norms; None = `rms_norm_eps` (SATFormer and KVM use 1e-5 there).
+        norm_type: the backbone's norms (embedding norm, the two pre-norms of every block, the final norm):
+            "rmsnorm" (Llama) or "layernorm" (LayerNorm with bias, KVM-paper's `nn.LayerNorm`); `rms_norm_eps` is
+            their epsilon either way, `norm_weights` their affine parameters.
         qk_scale: q and k are multiplied by this after the q/k-norm (nanochat: 1.2); needs `qk_norm`.
         norm_weights: False drops the learnable weight of every RMSNorm (and the q/k norms' affine
             parameters): nanochat's parameter-free `F.rms_norm`.
         embedding_norm: RMSNorm of the embeddings before the first layer (nanochat `x = norm(wte(idx))`).
         smear_gate: nanochat's smear, h_t += λ σ(W_s h_t[:24]) h_{t-1} on the decoder input (λ zero-init).
+        token_shift: RWKV-style token shift (KVM-paper `use_tokenshift_att` and `use_tokenshift_ffn`): per channel,
+            x_t <- x_t + μ ⊙ (x_{t-1} - x_t) on q, k and v after their projections (v after the value path) and
+            on the MLP input; at a sequence's first token q, k, v keep their own value and the MLP input's
+            predecessor is 0. A generation cache keeps each layer's last q, k, v and MLP input.
         initialization: "normal" (Llama: N(0, initializer_range)) or "nanochat" (U(±√3/√d) q/k/v, 0.4× for
             the MLP input, zero output projections, embeddings N(0, 0.8), LM head N(0, 0.001)).
         mlp_activation: "swiglu" (Llama) or "relu2" (`down(relu(up(x))^2)`, nanochat / KVM backbone).
@@ -88,10 +96,12 @@ class ValueArchConfig(PreTrainedConfig):
             "residual" (`V = h W_V`), "table" (a per-layer token-id table `E_V`, BoV), "x0" (`RMSNorm(e) W_V`
             with the layer's own W_V), "v1" (layer 0's values V1).
         value_mix: "substitute" (`gamma * V~`), "add" (`alpha * V + beta * V~`) or "relu_gate"
-            (`V + ReLU(h W_alpha) * V1`, SATFormer; only with value_source="v1").
+            (`V + ReLU(h W_alpha) * V1`, SATFormer) or "sigmoid_lerp" (`V + σ(b + h W_down W_up) ⊙ (V1 - V)`,
+            KVM-paper's RWKV-style value residual, gate per channel); the last two only with value_source="v1".
+        value_gate_rank: (sigmoid_lerp) the rank of the gate's low-rank projection W_down W_up.
         value_coefficients: "fixed" or "learnable" (unbounded scalars per layer: gamma, or alpha and beta).
         value_coefficient_init: initial (or fixed) coefficients: [gamma] for "substitute", [alpha, beta] for
-            "add"; None = [1.0] / [0.5, 0.5]. Must stay None for "relu_gate".
+            "add"; None = [1.0] / [0.5, 0.5]. Must stay None for "relu_gate" and "sigmoid_lerp".
         value_layers: which layers use the value path: "all", "every_other" (nanochat `has_ve`: the layers
             with the last layer's parity), "last_third" (`layer_idx >= 2 * L // 3`) or an explicit list of
             layer indices; None (only with value_source="residual") is the standard transformer. Layer 0
@@ -144,9 +154,11 @@ class ValueArchConfig(PreTrainedConfig):
     qk_norm: str = "none"
     qk_norm_eps: float | None = None  # None: rms_norm_eps
     qk_scale: float | None = None
+    norm_type: str = "rmsnorm"
     norm_weights: bool = True
     embedding_norm: bool = False
     smear_gate: bool = False
+    token_shift: bool = False
     initialization: str = "normal"
     rope_table_dtype: str | None = None
     mlp_activation: str = "swiglu"
@@ -157,6 +169,7 @@ class ValueArchConfig(PreTrainedConfig):
     value_coefficients: str = "fixed"
     value_coefficient_init: list[float] | None = None
     value_layers: str | list[int] | None = None
+    value_gate_rank: int | None = None
     # --- axis 2: depth routing ---
     depth_routing: str = "standard"
     attnres_block_size: int | None = None
@@ -184,6 +197,9 @@ class ValueArchConfig(PreTrainedConfig):
     kvm_merge_gate_appends: bool = True  # `kvm_apply_merge_gate_to_appends`: the gate also scales appended slots
     kvm_readout_radius: bool = True  # `kvm_use_vlens`: value readout r*S_v/|S_v|; False: the mean S_v/n
     kvm_zero_state_rope: bool = True  # state keys zero the rotary dims before the state LayerNorm (A.2)
+    # None, or "bfloat16": the state's readout values V^ are rounded to bf16 whatever the activations' dtype, as
+    # KVM-paper's readout with radius does (`.bfloat16()` in `_attend_with_state_and_bswa`; set to load its checkpoints)
+    kvm_readout_dtype: str | None = None
 
     def __post_init__(self, **kwargs):
         if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0:
@@ -238,7 +254,8 @@ class ValueArchConfig(PreTrainedConfig):
             _check_float("qk_scale", self.qk_scale, 0.0, strictly=True)
             if self.qk_norm == "none":
                 _fail("qk_scale", self.qk_scale, "scales q and k after the q/k-norm; set qk_norm or use None")
-        for field in ("norm_weights", "embedding_norm", "smear_gate"):
+        _check_choice("norm_type", self.norm_type, NORM_TYPES)
+        for field in ("norm_weights", "embedding_norm", "smear_gate", "token_shift"):
             if not isinstance(getattr(self, field), bool):
                 _fail(field, getattr(self, field), "expected True or False")
         if self.smear_gate and self.hidden_size < 24:
@@ -260,6 +277,9 @@ class ValueArchConfig(PreTrainedConfig):
 
         self.validate_value_path()
         _check_choice("depth_routing", self.depth_routing, DEPTH_ROUTINGS)
+        if self.norm_type == "layernorm" and self.depth_routing != "standard":
+            _fail("norm_type", "layernorm", f"must be 'rmsnorm' with depth_routing={self.depth_routing!r}, whose "
+                  "depth read fuses an RMSNorm pre-norm (or use depth_routing='standard')")
         if self.depth_routing == "standard":
             if self.attnres_block_size is not None:
                 _fail("attnres_block_size", self.attnres_block_size,
@@ -295,6 +315,8 @@ class ValueArchConfig(PreTrainedConfig):
             if not isinstance(getattr(self, field), bool):
                 _fail(field, getattr(self, field), "expected True or False")
         _check_choice("kvm_state_schedule", self.kvm_state_schedule, KVM_STATE_SCHEDULES)
+        if self.kvm_readout_dtype is not None:
+            _check_choice("kvm_readout_dtype", self.kvm_readout_dtype, ROPE_TABLE_DTYPES)
         _check_float("kvm_growth_factor", self.kvm_growth_factor, 0.0, strictly=True)
         exponent = self.kvm_growth_exponent
         if not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and 0.0 < exponent <= 1.0):
@@ -325,7 +347,7 @@ class ValueArchConfig(PreTrainedConfig):
                 _fail("value_layers", None, f"value_source={self.value_source!r} needs a layer set: "
                       f"one of {list(VALUE_LAYER_SETS)} or a list of layer indices")
             for field, default in (("value_mix", "substitute"), ("value_coefficients", "fixed"),
-                                   ("value_coefficient_init", None)):
+                                   ("value_coefficient_init", None), ("value_gate_rank", None)):
                 if getattr(self, field) != default:
                     _fail(field, getattr(self, field), "the standard value path (value_source='residual', "
                           f"value_layers=None) has no mixing; leave it at {default!r} or set value_layers")
@@ -352,15 +374,19 @@ class ValueArchConfig(PreTrainedConfig):
                       self.value_mix if self.value_mix != "substitute" else self.value_coefficients,
                       "value_source='residual' on value_layers only means a learnable scale gamma * V "
                       "(BoV Table 1 row 2): value_mix='substitute' with value_coefficients='learnable'")
-        if self.value_mix == "relu_gate":
+        if self.value_mix == "sigmoid_lerp":
+            _check_int("value_gate_rank", self.value_gate_rank)
+        elif self.value_gate_rank is not None:
+            _fail("value_gate_rank", self.value_gate_rank, "only meaningful with value_mix='sigmoid_lerp'; use None")
+        if self.value_mix in ("relu_gate", "sigmoid_lerp"):
             if self.value_source != "v1":
-                _fail("value_mix", "relu_gate", "the SATFormer gate mixes V1 only; needs value_source='v1'")
+                _fail("value_mix", self.value_mix, "this gate mixes V1 only; needs value_source='v1'")
             if self.value_coefficients != "learnable":
                 _fail("value_coefficients", self.value_coefficients,
-                      "value_mix='relu_gate' is a learned gate; use 'learnable'")
+                      f"value_mix={self.value_mix!r} is a learned gate; use 'learnable'")
             if self.value_coefficient_init is not None:
                 _fail("value_coefficient_init", self.value_coefficient_init,
-                      "value_mix='relu_gate' has no scalar coefficients (its gate W_alpha is a linear layer); use None")
+                      f"value_mix={self.value_mix!r} has no scalar coefficients (its gate is a linear layer); use None")
             return
         count = 1 if self.value_mix == "substitute" else 2
         init = self.value_coefficient_init

@@ -95,6 +95,7 @@ class KVMMixer(nn.Module):
         self.sink_slots = config.kvm_sink_slots
         self.readout_radius = config.kvm_readout_radius
         self.gate_appends = config.kvm_merge_gate_appends
+        self.readout_dtype = getattr(torch, config.kvm_readout_dtype) if config.kvm_readout_dtype else None
         self.zeroed_dims = config.rotary_dim if config.kvm_zero_state_rope else 0  # RoPE'd dims, first of each head
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
         self.scaling = config.head_dim**-0.5
@@ -233,6 +234,8 @@ class KVMMixer(nn.Module):
                 state_values = F.normalize(state.state_values, dim=-1) * state.state_radius
             else:  # V^ = S_v / n
                 state_values = state.state_values / state.state_radius
+            if self.readout_dtype is not None:  # rounded as the readout of the checkpoint's training code was
+                state_values = state_values.to(self.readout_dtype)
             state_values = state_values.to(values.dtype)
             keys = torch.cat((state_keys, keys), dim=2)
             values = torch.cat((state_values, values), dim=2)

@@ -66,9 +66,13 @@ class ValueArchRMSNorm(nn.Module):
         return f"{self.hidden_size}, eps={self.variance_epsilon}, weight={self.weight is not None}"
 
 
-def build_norm(config: ValueArchConfig, hidden_size: int | None = None) -> ValueArchRMSNorm:
-    """The backbone's RMSNorm over `hidden_size` (default: the model width), with or without its weight."""
-    return ValueArchRMSNorm(hidden_size or config.hidden_size, eps=config.rms_norm_eps, weight=config.norm_weights)
+def build_norm(config: ValueArchConfig) -> nn.Module:
+    """A backbone norm over the model width (`config.norm_type`): RMSNorm with or without its weight, or LayerNorm
+    with or without weight and bias (KVM-paper's `nn.LayerNorm`)."""
+    if config.norm_type == "layernorm":
+        return nn.LayerNorm(config.hidden_size, eps=config.rms_norm_eps, elementwise_affine=config.norm_weights,
+                            bias=config.norm_weights)
+    return ValueArchRMSNorm(config.hidden_size, eps=config.rms_norm_eps, weight=config.norm_weights)
 
 
 class EmbeddingSmear(nn.Module):
@@ -107,6 +111,47 @@ class EmbeddingSmear(nn.Module):
         gate = self.scale * torch.sigmoid(self.gate_proj(current[..., : self.gate_channels]))  # [B, T', 1]
         smeared = current + gate * previous
         return torch.cat([hidden_states[:, : hidden_states.shape[1] - smeared.shape[1]], smeared], dim=1)
+
+
+class TokenShift(nn.Module):
+    """RWKV-style token shift of one stream of a layer (KVM-paper `tokenshift.py`, `config.token_shift`):
+    x_t <- x_t + μ ⊙ (x_{t-1} - x_t), μ per channel (`mix`).
+
+    Where x_{t-1} is not a token of the same sequence (its first token, or padding before it), the predecessor is
+    x_t itself (`first_fallback="self"`: no shift; the paper's q, k, v) or 0 (`"zero"`; the paper's MLP input).
+    With a generation cache, the stream's last position is kept in `ValueArchCache.token_shift_inputs` for the
+    next step. μ starts as the paper's 1 - (c / C)^(exponent * (1 - layer / L)^power) for channel c of C.
+    """
+
+    def __init__(self, config: ValueArchConfig, layer_idx: int, name: str, channels: int, first_fallback: str,
+                 exponent: float, power: int = 1):
+        super().__init__()
+        self.layer_idx, self.name, self.first_fallback = layer_idx, name, first_fallback
+        self.init_exponent = exponent * (1.0 - layer_idx / config.num_hidden_layers) ** power
+        self.mix = nn.Parameter(torch.zeros(channels))
+
+    def init_valuearch_weights(self, init):
+        channels = self.mix.shape[0]
+        init.copy_(self.mix, 1.0 - (torch.arange(channels) / channels) ** self.init_exponent)
+
+    def forward(self, x: torch.Tensor, previous_is_token: torch.Tensor, cache) -> torch.Tensor:
+        # x: [B, T, C]; previous_is_token: [B, T] bool, whether x_{t-1} is a token of the same sequence
+        fallback = x if self.first_fallback == "self" else torch.zeros_like(x)
+        stored = cache.token_shift_inputs[self.layer_idx] if cache is not None else {}
+        first = stored.get(self.name, fallback[:, :1]).to(x.dtype)  # [B, 1, C]: the last position of the cache
+        if cache is not None:
+            stored[self.name] = x[:, -1:].detach()
+        previous = torch.where(previous_is_token[..., None], torch.cat([first, x[:, :-1]], dim=1), fallback)
+        return x + self.mix * (previous - x)
+
+
+def previous_is_token(attention_mask: torch.Tensor | None, past_length: int, length: int,
+                      device: torch.device) -> torch.Tensor:
+    """[B or 1, length] bool: whether the position before each new position is a token of the same sequence (not
+    before the start, not padding per the 2D `attention_mask` [B, past_length + length])."""
+    if attention_mask is not None and attention_mask.dim() == 2:
+        return F.pad(attention_mask.bool(), (1, 0))[:, past_length : past_length + length]
+    return (torch.arange(length, device=device) + past_length > 0)[None]
 
 
 class ValueArchRotaryEmbedding(nn.Module):
@@ -199,9 +244,10 @@ def build_head_norm(config: ValueArchConfig) -> nn.Module | None:
 
 
 class ValueArchMLP(nn.Module):
-    """SwiGLU, down(act(gate(x)) * up(x)) (Shazeer, 2020), or ReLU², down(relu(up(x))^2) (So et al., 2021)."""
+    """SwiGLU, down(act(gate(x)) * up(x)) (Shazeer, 2020), or ReLU², down(relu(up(x))^2) (So et al., 2021); with
+    `token_shift`, x is first shifted toward the previous token's (KVM-paper MLP `x_k`)."""
 
-    def __init__(self, config: ValueArchConfig):
+    def __init__(self, config: ValueArchConfig, layer_idx: int):
         super().__init__()
         self.activation = config.mlp_activation
         if self.activation == "swiglu":
@@ -209,8 +255,12 @@ class ValueArchMLP(nn.Module):
             self.act_fn = ACT2FN[config.hidden_act]
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.token_shift = (TokenShift(config, layer_idx, "mlp", config.hidden_size, "zero", 1.0, power=4)
+                            if config.token_shift else None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, previous_is_token: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        if self.token_shift is not None:
+            x = self.token_shift(x, previous_is_token, cache)
         if self.activation == "swiglu":
             return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
         return self.down_proj(F.relu(self.up_proj(x)).square())
@@ -240,6 +290,10 @@ class ValueArchAttention(nn.Module):
         self.o_proj = nn.Linear(q_dim, config.hidden_size, bias=config.attention_bias)
         self.q_norm = build_head_norm(config)
         self.k_norm = build_head_norm(config)
+        if config.token_shift:  # KVM-paper x_q, x_k, x_v; exponents of its init (value_residual_mixin.py)
+            self.q_token_shift = TokenShift(config, layer_idx, "q", q_dim, "self", 0.2)
+            self.k_token_shift = TokenShift(config, layer_idx, "k", kv_dim, "self", 0.7)
+            self.v_token_shift = TokenShift(config, layer_idx, "v", kv_dim, "self", 0.7)
         self.qk_scale = config.qk_scale  # nanochat: q, k *= 1.2 after the q/k-norm
         self.value_path = build_value_path(config, layer_idx)
         mixer_module = SEQUENCE_MIXERS[self.mixer_type].module
@@ -253,19 +307,25 @@ class ValueArchAttention(nn.Module):
         cache: Cache | None = None,
         value_hidden_states: torch.Tensor | None = None,  # [B, T, D]: input of W_V when it differs (RD-AttnRes)
         value_context: ValueContext | None = None,  # per-forward token ids / x0 / V1 (value_paths.py)
+        previous_is_token: torch.Tensor | None = None,  # [B, T] bool, with token_shift
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
 
-        query_states = self.q_proj(hidden_states).view(hidden_shape)  # [B, T, H, D]
-        key_states = self.k_proj(hidden_states).view(hidden_shape)  # [B, T, H_kv, D]
+        query_states = self.q_proj(hidden_states)  # [B, T, H * D]
+        key_states = self.k_proj(hidden_states)  # [B, T, H_kv * D]
+        value_input = hidden_states if value_hidden_states is None else value_hidden_states
+        value_states = self.value_path(value_input, self.v_proj, value_context)  # [B, T, H_kv, D]
+        if self.config.token_shift:
+            query_states = self.q_token_shift(query_states, previous_is_token, cache)
+            key_states = self.k_token_shift(key_states, previous_is_token, cache)
+            value_states = self.v_token_shift(value_states.flatten(2), previous_is_token, cache).view(hidden_shape)
+        query_states, key_states = query_states.view(hidden_shape), key_states.view(hidden_shape)
         if self.q_norm is not None:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         if self.qk_scale is not None:
             query_states, key_states = query_states * self.qk_scale, key_states * self.qk_scale
-        value_input = hidden_states if value_hidden_states is None else value_hidden_states
-        value_states = self.value_path(value_input, self.v_proj, value_context)  # [B, T, H_kv, D]
 
         query_states, key_states, value_states = (x.transpose(1, 2) for x in (query_states, key_states, value_states))
         cos, sin = position_embeddings
@@ -311,7 +371,7 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.layer_idx = layer_idx
         self.self_attn = ValueArchAttention(config, layer_idx)
-        self.mlp = ValueArchMLP(config)
+        self.mlp = ValueArchMLP(config, layer_idx)
         self.input_layernorm = build_norm(config)
         self.post_attention_layernorm = build_norm(config)
         self.router = build_layer_router(config, layer_idx)
@@ -323,6 +383,7 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
         v1: torch.Tensor | None,  # [B, T, H_kv, D_head] layer 0's values, once written, when a layer reads them
         *depth_state: torch.Tensor,  # what else the depth routing carries (nothing for the standard residual)
         token_ids: torch.Tensor | None = None,  # [B, T], for table layers
+        previous_is_token: torch.Tensor | None = None,  # [B, T] bool, for token shift
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
@@ -338,10 +399,12 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
             cache=cache,
             value_hidden_states=value_input,
             value_context=value_context,
+            previous_is_token=previous_is_token,
             **kwargs,
         )
         hidden_states, depth_state = self.router.write_attention(hidden_states, depth_state, attn_output)
-        mlp_output = self.mlp(self.router.read_mlp(hidden_states, depth_state, self.post_attention_layernorm))
+        mlp_input = self.router.read_mlp(hidden_states, depth_state, self.post_attention_layernorm)
+        mlp_output = self.mlp(mlp_input, previous_is_token, cache)
         hidden_states, depth_state = self.router.write_mlp(hidden_states, depth_state, mlp_output)
         return hidden_states, value_context.v1, *depth_state
 
@@ -464,10 +527,12 @@ class ValueArchModel(ValueArchPreTrainedModel):
         check_cache(self.config, cache)
         if use_cache and cache is None:
             cache = ValueArchCache(self.config)
+        past_seen_tokens = cache.get_seq_length() if cache is not None else 0
         if position_ids is None:
-            past_seen_tokens = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
             position_ids = position_ids.unsqueeze(0)
+        shift_mask = (previous_is_token(attention_mask, past_seen_tokens, inputs_embeds.shape[1], inputs_embeds.device)
+                      if self.config.token_shift else None)
 
         masks = self._attention_masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
@@ -487,6 +552,7 @@ class ValueArchModel(ValueArchPreTrainedModel):
                 v1,
                 *depth_state,
                 token_ids=value_context.token_ids,
+                previous_is_token=shift_mask,
                 attention_mask=masks[layer.self_attn.mixer_type],
                 position_embeddings=position_embeddings,
                 cache=cache,
@@ -524,6 +590,8 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
             )
         if generation_mode == GenerationMode.ASSISTED_GENERATION and "kvm" in self.config.mixer_types:
             raise ValueError(KVMCacheLayer.not_croppable)
+        if generation_mode == GenerationMode.ASSISTED_GENERATION and self.config.token_shift:
+            raise ValueError(ValueArchCache.not_croppable_with_token_shift)
         if model_kwargs.get(CACHE_OUTPUT_FIELD) is not None or generation_config.use_cache is False:
             return super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode,
                                                          batch_size, max_cache_length)

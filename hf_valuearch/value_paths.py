@@ -1,7 +1,7 @@
 """Axis 1, value paths: where a layer's attention values come from and how they are mixed.
 
 Sources of the extra values V~ (spec_value_paths.md; BoV = arXiv:2606.02780, ResFormer = arXiv:2410.17897,
-SATFormer = arXiv:2605.03953):
+SATFormer = arXiv:2605.03953, KVM = arXiv:2605.09877):
 
 * "table": V~ = E_V[token_id], one |V| x kv_dim table per layer (BoV Eq. 4);
 * "x0":    V~ = RMSNorm(e) W_V with the layer's own W_V (BoV Table 1, "x0 W_V");
@@ -12,7 +12,9 @@ Mixing rules, with V = h W_V the layer's own values:
 
 * "substitute": V' = gamma * V~ (V is not computed; with V~ from a table or V1 the layer holds no W_V);
 * "add":        V' = alpha * V + beta * V~ (ResFormer: alpha = lambda_2, beta = lambda_1);
-* "relu_gate":  V' = V + ReLU(h W_alpha) * V1, one gate per token and KV head (SATFormer Eq. 3).
+* "relu_gate":  V' = V + ReLU(h W_alpha) * V1, one gate per token and KV head (SATFormer Eq. 3);
+* "sigmoid_lerp": V' = V + σ(b + h W_down W_up) ⊙ (V1 - V), one gate per token and value channel (KVM-paper's
+  RWKV-style value residual, `value_residual_mixin.py` mode "rwkv").
 
 "Residual" always means the residual stream h here (the layer's normed input; its depth mixture under AttnRes):
 value_source="residual", `residual_values` (V = h W_V) and `residual_scale` (alpha, V's coefficient) all name
@@ -223,10 +225,40 @@ class GatedV1Values(StandardValues):
                 "v1_gate_zero_fraction": self.last_gate_zero_fraction.cpu().tolist()}
 
 
+class SigmoidLerpV1Values(StandardValues):
+    """KVM-paper's value residual: V' = V + σ(b + h W_down W_up) ⊙ (V1 - V), a per-token, per-channel
+    interpolation between the layer's values and V1 (recursal/KVM-paper `value_residual_mixin.py`, mode "rwkv";
+    h is the normed block input, the input of W_V).
+
+    `v1_gate_bias` is b [H_kv * D_head], `v1_gate_down` W_down = Linear(hidden, value_gate_rank) and `v1_gate_up`
+    W_up = Linear(value_gate_rank, H_kv * D_head), both without bias. Initialised as the paper's: b = 0.73 -
+    0.4 * linspace(-0.5, 0.5) over the channels, W_down = 0 (so the gate starts at σ(b)), W_up N(0,
+    initializer_range).
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        kv_dim = config.num_key_value_heads * config.head_dim
+        self.v1_gate_bias = nn.Parameter(torch.zeros(kv_dim))
+        self.v1_gate_down = nn.Linear(config.hidden_size, config.value_gate_rank, bias=False)
+        self.v1_gate_up = nn.Linear(config.value_gate_rank, kv_dim, bias=False)
+
+    def init_valuearch_weights(self, init):
+        channels = self.v1_gate_bias.shape[0]
+        init.copy_(self.v1_gate_bias, 0.73 - 0.4 * torch.linspace(-0.5, 0.5, channels))
+        init.zeros_(self.v1_gate_down.weight)
+
+    def forward(self, value_input, v_proj, value_context=None):
+        values = self.residual_values(value_input, v_proj)  # [B, T, H_kv, D_head]
+        gate = torch.sigmoid(self.v1_gate_bias + self.v1_gate_up(self.v1_gate_down(value_input)))  # [B, T, kv_dim]
+        return values + (value_context.v1.to(values.dtype) - values) * gate.view_as(values).to(values.dtype)
+
+
 def build_value_path(config, layer_idx: int) -> nn.Module:
     """The value path of decoder layer `layer_idx`."""
     if layer_idx in config.value_layer_indices:
-        return GatedV1Values(config, layer_idx) if config.value_mix == "relu_gate" else MixedValues(config, layer_idx)
+        gated = {"relu_gate": GatedV1Values, "sigmoid_lerp": SigmoidLerpV1Values}
+        return gated.get(config.value_mix, MixedValues)(config, layer_idx)
     if layer_idx == 0 and config.value_source == "v1":
         return FirstLayerValues(config, layer_idx)
     return StandardValues(config, layer_idx)

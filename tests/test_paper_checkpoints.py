@@ -13,13 +13,17 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+from hf_valuearch.cache_valuearch import ValueArchCache
+from hf_valuearch.compat import output_cache
 from hf_valuearch.conversion import FORMATS, convert_paper_checkpoint
-from tests.common import REPO, run_script
+from hf_valuearch.conversion.kvm_paper_checkpoints import paper_rotary_permutation
+from tests.common import REPO, left_pad, run_script
 
 FIXTURES = REPO / "tests" / "fixtures"
 # (format, fixture folder, the model type it converts to)
 CASES = [("satformer", "satformer", "satformer"), ("fla-attnres", "fla-attnres", "attnres"),
-         ("nanochat", "nanochat/bov", "bov"), ("nanochat", "nanochat/v1_add", "valuearch")]
+         ("nanochat", "nanochat/bov", "bov"), ("nanochat", "nanochat/v1_add", "valuearch"),
+         ("kvm-paper", "kvm-paper", "kvm")]
 
 
 def test_every_format_has_a_fixture():
@@ -81,7 +85,13 @@ def _edited_copy(tmp_path, format_name, config_changes=None, extra_weight=None):
     ("fla-attnres", {"config_changes": {"qkv_bias": True}}, "qkv_bias=True"),
     ("fla-attnres", {"config_changes": {"hidden_act": "powlu"}}, "hidden_act='powlu'"),
     ("fla-attnres", {"extra_weight": "model.layers.0.attn.extra.weight"}, "model.layers.0.attn.extra.weight"),
-], ids=["gate", "gate-bias", "model-type", "qkv-bias", "activation", "unknown-weight"])
+    ("kvm-paper", {"config_changes": {"use_block_lambdas": 1}}, "use_block_lambdas=1 (x = λ0 x + λ1 x0"),
+    ("kvm-paper", {"config_changes": {"alt_layer_every": 2}}, "alt_layer_every=2 (every n-th layer is a 'swa' layer"),
+    ("kvm-paper", {"config_changes": {"kvm_value_residual_mode": "rwkv_post_tokenshift"}},
+     "kvm_value_residual_mode='rwkv_post_tokenshift' (the value residual's form)"),
+    ("kvm-paper", {"config_changes": {"use_tokenshift_ffn": 0}}, "use_tokenshift_ffn=0 (token shift on the MLP"),
+], ids=["gate", "gate-bias", "model-type", "qkv-bias", "activation", "unknown-weight", "block-lambdas",
+        "hybrid-layers", "value-residual-mode", "token-shift-attention-only"])
 def test_unsupported_features_are_named_in_one_line(tmp_path, format_name, edit, message):
     source = _edited_copy(tmp_path, format_name, **edit)
     with pytest.raises(SystemExit) as exit_info:
@@ -161,3 +171,51 @@ def test_empty_or_foreign_folder_is_a_one_line_error(tmp_path, format_name):
     with pytest.raises(SystemExit) as exit_info:
         run_script("convert", "--from", format_name, "--input", str(tmp_path / "nowhere"), "--output", str(tmp_path / "out"))
     assert "is not a directory" in exit_info.value.code
+
+
+def test_kvm_paper_backbone_fields_and_weight_conventions():
+    """The paper's backbone on our fields; q/k rows permuted per head for the rotary layout, residual_scale 0.5
+    folded into the output projections, layer 0's ineffective value-residual gate dropped."""
+    model = convert_paper_checkpoint("kvm-paper", FIXTURES / "kvm-paper")
+    native = load_file(FIXTURES / "kvm-paper" / "model.safetensors")
+    config = model.config
+    assert (config.norm_type, config.embedding_norm, config.token_shift, config.mlp_activation) == (
+        "layernorm", True, True, "relu2")
+    assert (config.value_source, config.value_mix, config.value_layer_indices) == ("v1", "sigmoid_lerp", [1, 2])
+    assert (config.rope_parameters["rope_type"], config.rotary_dim, config.rope_table_dtype) == (
+        "linspace", 16, "bfloat16")
+    assert (config.kvm_state_schedule, config.kvm_state_max_chunks, config.kvm_readout_dtype) == (
+        "power_law", 2, "bfloat16")
+    attention = model.model.layers[1].self_attn
+    permutation = paper_rotary_permutation(32, 16)
+    paper_q = native["transformer.h.1.attn.c_q.weight"].view(2, 32, 64)
+    assert torch.equal(attention.q_proj.weight, paper_q[:, permutation].reshape(64, 64))
+    paper_k_shift = native["transformer.h.1.attn.x_k"].view(2, 32)
+    assert torch.equal(attention.k_token_shift.mix, paper_k_shift[:, permutation].reshape(-1))
+    assert torch.equal(attention.o_proj.weight, 0.5 * native["transformer.h.1.attn.c_proj.weight"])
+    assert torch.equal(attention.value_path.v1_gate_bias, native["transformer.h.1.attn.v_gate0"].reshape(-1))
+    assert "transformer.h.0.attn.v_gate1.weight" in native and not hasattr(model.model.layers[0].self_attn.value_path,
+                                                                            "v1_gate_up")
+
+
+def test_kvm_paper_decode_equals_prefill_with_token_shift_and_left_padding():
+    """Token shift carries each layer's last q, k, v and MLP input in the cache: prefill then single-token decode
+    gives the full forward's logits, and a left-padded row gives the logits of its tokens alone (its first token
+    shifts from nothing, as at a sequence start; positions count from its first token, as `generate` does)."""
+    model = convert_paper_checkpoint("kvm-paper", FIXTURES / "kvm-paper")
+    ids = load_file(FIXTURES / "kvm-paper" / "expected.safetensors")["input_ids"]  # [2, 40]
+    padded, mask = left_pad([ids[0], ids[1, 10:]])  # row 1: 10 pads, then its last 30 tokens
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    with torch.no_grad():
+        alone = [model(ids[:1]).logits[0], model(ids[1:, 10:]).logits[0]]
+        out = model(padded[:, :20], attention_mask=mask[:, :20], position_ids=positions[:, :20], use_cache=True)
+        steps, cache = [out.logits], output_cache(out)
+        assert isinstance(cache, ValueArchCache) and set(cache.token_shift_inputs[2]) == {"q", "k", "v", "mlp"}
+        for t in range(20, 40):
+            steps.append(model(padded[:, t : t + 1], attention_mask=mask[:, : t + 1],
+                               position_ids=positions[:, t : t + 1], cache=cache, use_cache=True).logits)
+    stepped = torch.cat(steps, dim=1)
+    assert (stepped[0] - alone[0]).abs().max() <= 1e-5
+    assert (stepped[1, 10:] - alone[1]).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="token_shift keeps only the last position"):
+        cache.crop(30)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hf_valuearch import KvmConfig
+from hf_valuearch.conversion.kvm_paper_checkpoints import paper_rotary_permutation
 from hf_valuearch.training import load_config
 from hf_valuearch.modeling_valuearch import ValueArchRotaryEmbedding, apply_rotary_pos_emb
 from tests.common import tiny_config, tiny_model
@@ -84,19 +85,14 @@ def kvm_paper_rotary(x: torch.Tensor, inv_freq: torch.Tensor, positions: torch.T
     return torch.cat([rotated, x[..., 2 * n :]], dim=-1)
 
 
-def kvm_paper_permutation(head_dim: int, rotary_dim: int) -> torch.Tensor:
-    """Our dim j <- the paper's dim perm[j]: odd rotary dims first, then even ones, then the unrotated rest."""
-    return torch.cat([torch.arange(1, rotary_dim, 2), torch.arange(0, rotary_dim, 2), torch.arange(rotary_dim, head_dim)])
-
-
 def test_converter_permutation_maps_the_papers_rotation_to_ours():
     """The converter convention (documented in docs/fidelity.md): permuting every q/k head's rows of W_Q, W_K, and
-    the per-dim q/k / state LayerNorm weights, by `kvm_paper_permutation` gives rotated vectors that are the
-    paper's, permuted; scores q·k are unchanged and the unrotated half stays in place for the state keys."""
+    the per-dim q/k / state LayerNorm weights, by `paper_rotary_permutation` (the kvm-paper converter's)
+    gives rotated vectors that are the paper's, permuted; scores q·k are unchanged and the unrotated half stays in place for the state keys."""
     config = tiny_config("kvm", hidden_size=64, num_attention_heads=2, kvm_chunk_size=8, kvm_state_min_slots=8)
     rotary = ValueArchRotaryEmbedding(config).double()
     head_dim, rotary_dim = config.head_dim, config.rotary_dim
-    perm = kvm_paper_permutation(head_dim, rotary_dim)
+    perm = paper_rotary_permutation(head_dim, rotary_dim)
     generator = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, 2, 9, head_dim, generator=generator, dtype=torch.float64) for _ in range(2))
     positions = torch.arange(9)

@@ -30,6 +30,7 @@ from ..configuration_valuearch import ValueArchConfig
 from ..modeling_valuearch import ValueArchForCausalLM
 from .common import carried_fields, copy_weights
 from .fla_checkpoints import load_fla_attnres
+from .kvm_paper_checkpoints import load_kvm_paper
 from .nanochat_checkpoints import load_nanochat
 from .satformer_checkpoints import load_satformer
 
@@ -144,6 +145,11 @@ FORMATS: dict[str, PaperFormat] = {
                             "every weight maps to one of ours on nanochat's backbone fields (c_q / c_k head halves "
                             "swapped for the rotary direction); long windows are full attention, equal up to "
                             "sequence_len + 1 tokens"),
+    "kvm-paper": PaperFormat(load_kvm_paper, "recursal/KVM-paper (RWKV7BackboneForCausalLM, token_mixer 'kvm')",
+                             "every weight maps to one of model type kvm on the paper's backbone fields (LayerNorm, "
+                             "token shift, sigmoid_lerp value residual; q/k rows permuted for the rotary layout, "
+                             "residual_scale folded into the output projections); the state's hard merges can "
+                             "differ where two slots tie to float32 rounding"),
 }
 
 
