@@ -276,6 +276,9 @@ class ValueArchConfig(PreTrainedConfig):
             _fail("pad_token_id", self.pad_token_id, f"expected None or an id in [0, {self.vocab_size})")
 
         self.validate_value_path()
+        if self.token_shift and self.value_source == "table" and self.value_mix == "substitute":
+            _fail("token_shift", True, "must be False with BoV table layers (value_source='table', value_mix="
+                  "'substitute'): their cache keeps token ids and recomputes unshifted values from them")
         _check_choice("depth_routing", self.depth_routing, DEPTH_ROUTINGS)
         if self.norm_type == "layernorm" and self.depth_routing != "standard":
             _fail("norm_type", "layernorm", f"must be 'rmsnorm' with depth_routing={self.depth_routing!r}, whose "
