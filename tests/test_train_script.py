@@ -136,6 +136,19 @@ def test_a_bare_model_type_means_its_tiny_config(model_type):
     assert (REPO / "configs" / "tiny" / f"{model_type}.json").is_file()
 
 
+def test_kvm_blocks_too_short_for_the_state_make_ddp_search_unused_parameters():
+    from hf_valuearch.training import find_unused_parameters
+
+    kvm = load_config(str(REPO / "configs" / "kvm" / "tiny" / "kvm_fixed256.json"))  # needs 25 tokens: 2 x 8 + 8 + 1
+    assert find_unused_parameters(kvm, 25, None) == (None, None)  # the Trainer's default stays
+    assert find_unused_parameters(kvm, 25, False) == (False, None)
+    search, note = find_unused_parameters(kvm, 24, None)
+    assert search is True and "--block_size 24 is shorter than the 25 tokens" in note
+    with pytest.raises(ValueError, match="--block_size 24 leaves .* at least 25 tokens"):
+        find_unused_parameters(kvm, 24, False)
+    assert find_unused_parameters(load_config("valuearch"), 8, False) == (False, None)
+
+
 def test_runs_folder_is_ignored():
     assert "runs/" in (REPO / ".gitignore").read_text().split()
 
