@@ -182,6 +182,43 @@ def test_sigint_saves_a_checkpoint_and_the_rerun_finishes(corpus, tmp_path):
     assert json.loads((tmp_path / "run" / "final" / "training_metrics.json").read_text())["global_step"] == step + 2
 
 
+@pytest.mark.slow
+def test_sigkill_loses_nothing_the_rerun_recomputes(corpus, tmp_path):
+    """A real process is SIGKILLed (no handler runs) once a checkpoint exists. Nothing is lost: rerunning the same
+    command resumes from the last complete checkpoint and recomputes the steps after it identically, ending with
+    the weights and whole-run train_loss of an uninterrupted run."""
+    def argv(output):
+        arguments = common_args(corpus, output, "--logging_steps", "1", "--eval_strategy", "no")
+        arguments[arguments.index("--max_steps") + 1] = "8"
+        arguments[arguments.index("--save_steps") + 1] = "2"
+        return arguments
+
+    log = tmp_path / "killed.log"
+    with log.open("w") as output:
+        process = subprocess.Popen([sys.executable, str(REPO / "scripts" / "train.py"), *argv(tmp_path / "killed")],
+                                   stdout=output, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "killed").glob("checkpoint-*")):  # checkpoints appear only when complete
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.01)
+    process.kill()
+    process.wait(timeout=60)
+    checkpoints = sorted(int(path.name.split("-")[1]) for path in (tmp_path / "killed").glob("checkpoint-*"))
+    assert checkpoints[-1] < 8 and not (tmp_path / "killed" / "final").exists()  # killed mid-run
+
+    run_script("train", *argv(tmp_path / "killed"))
+    run_script("train", *argv(tmp_path / "straight"))
+    metrics = {run: json.loads((tmp_path / run / "final" / "training_metrics.json").read_text())
+               for run in ("killed", "straight")}
+    assert metrics["killed"]["resumed_from"].endswith(f"checkpoint-{checkpoints[-1]}")
+    assert metrics["killed"]["train_loss"] == pytest.approx(metrics["straight"]["train_loss"], rel=1e-6)
+    killed, straight = (load_file(tmp_path / run / "final" / "model.safetensors") for run in ("killed", "straight"))
+    assert killed.keys() == straight.keys()
+    for name in straight:
+        assert torch.allclose(killed[name], straight[name], atol=1e-6), name
+
+
 def test_hub_streaming_path_reads_a_local_dataset_folder(tmp_path):
     """`hf:NAME` goes through datasets' streaming loader; a local dataset folder exercises the same path."""
     from hf_valuearch.training.data import iter_texts
