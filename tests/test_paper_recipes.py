@@ -2,6 +2,7 @@
 tiny twin with the same recipe that trains on CPU."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,25 @@ def test_paper_files_carry_a_recipe_and_have_a_tiny_twin(path, tmp_path):
     assert twin_config.model_type == config.model_type and twin_config.hidden_size <= 64
     assert twin["optimizer"]["optimizer"] == recipe["optimizer"]["optimizer"] and twin["max_steps"] <= 200
     assert twin["optimizer"].get("schedule_shape") == recipe["optimizer"].get("schedule_shape")
+
+
+def test_schedules_follow_the_papers_training_code():
+    """SATFormer `train.py` get_lr: warmup (step + 1) / W, then cosine from lr to lr / 10 over the other steps;
+    KVM-paper `train.py` get_lr_ratio: warmup, constant, then (steps - step) / warmdown_iters."""
+    def schedule(name):
+        recipe = read_config_file(str(CONFIGS / name))[1]
+        return OptimizerRecipe(**recipe["optimizer"]), recipe["max_steps"]
+
+    satformer, steps = schedule("satformer/satformer_small.json")
+    warmup = satformer.warmup_steps
+    for step in range(steps):
+        cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
+        assert satformer.lr_multiplier(step, steps) == pytest.approx((step + 1) / warmup if step < warmup else cosine)
+    for name, warmdown in (("kvm/kvm_fixed256.json", 5800), ("kvm/350m/kvm_fixed256.json", 14800)):
+        kvm, steps = schedule(name)
+        for step in range(steps):
+            expected = (step + 1) / 200 if step < 200 else min(1.0, (steps - step) / warmdown)
+            assert kvm.lr_multiplier(step, steps) == pytest.approx(expected), (name, step)
 
 
 @pytest.mark.slow
