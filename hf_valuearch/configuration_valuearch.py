@@ -77,6 +77,8 @@ class ValueArchConfig(PreTrainedConfig):
             parameters): nanochat's parameter-free `F.rms_norm`.
         embedding_norm: RMSNorm of the embeddings before the first layer (nanochat `x = norm(wte(idx))`).
         smear_gate: nanochat's smear, h_t += λ σ(W_s h_t[:24]) h_{t-1} on the decoder input (λ zero-init).
+        sublayer_scale: None, or s: each attention and MLP output is multiplied by s before it joins the
+            residual stream, h + s f(h) (KVM-paper `residual_scale`: 0.5 in its 350M configs).
         token_shift: RWKV-style token shift (KVM-paper `use_tokenshift_att` and `use_tokenshift_ffn`): per channel,
             x_t <- x_t + μ ⊙ (x_{t-1} - x_t) on q, k and v after their projections (v after the value path) and
             on the MLP input; at a sequence's first token q, k, v keep their own value and the MLP input's
@@ -158,6 +160,7 @@ class ValueArchConfig(PreTrainedConfig):
     norm_weights: bool = True
     embedding_norm: bool = False
     smear_gate: bool = False
+    sublayer_scale: float | None = None
     token_shift: bool = False
     initialization: str = "normal"
     rope_table_dtype: str | None = None
@@ -255,6 +258,8 @@ class ValueArchConfig(PreTrainedConfig):
             if self.qk_norm == "none":
                 _fail("qk_scale", self.qk_scale, "scales q and k after the q/k-norm; set qk_norm or use None")
         _check_choice("norm_type", self.norm_type, NORM_TYPES)
+        if self.sublayer_scale is not None:
+            _check_float("sublayer_scale", self.sublayer_scale, 0.0, strictly=True)
         for field in ("norm_weights", "embedding_norm", "smear_gate", "token_shift"):
             if not isinstance(getattr(self, field), bool):
                 _fail(field, getattr(self, field), "expected True or False")

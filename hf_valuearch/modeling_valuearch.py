@@ -375,6 +375,7 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
         self.input_layernorm = build_norm(config)
         self.post_attention_layernorm = build_norm(config)
         self.router = build_layer_router(config, layer_idx)
+        self.sublayer_scale = config.sublayer_scale  # h + s f(h) (KVM-paper residual_scale); None: s = 1
 
     def forward(
         self,
@@ -402,9 +403,13 @@ class ValueArchDecoderLayer(GradientCheckpointingLayer):
             previous_is_token=previous_is_token,
             **kwargs,
         )
+        if self.sublayer_scale is not None:
+            attn_output = attn_output * self.sublayer_scale
         hidden_states, depth_state = self.router.write_attention(hidden_states, depth_state, attn_output)
         mlp_input = self.router.read_mlp(hidden_states, depth_state, self.post_attention_layernorm)
         mlp_output = self.mlp(mlp_input, previous_is_token, cache)
+        if self.sublayer_scale is not None:
+            mlp_output = mlp_output * self.sublayer_scale
         hidden_states, depth_state = self.router.write_mlp(hidden_states, depth_state, mlp_output)
         return hidden_states, value_context.v1, *depth_state
 

@@ -23,6 +23,7 @@ INVALID = [
     ({"norm_type": "batchnorm"}, "norm_type"),
     ({"norm_type": "layernorm", "depth_routing": "block_attnres", "attnres_block_size": 2}, "norm_type"),
     ({"token_shift": 1}, "token_shift"),
+    ({"sublayer_scale": 0.0}, "sublayer_scale"),
     ({"token_shift": True, "value_source": "table", "value_layers": "all"}, "token_shift"),
     ({"mlp_activation": "gelu"}, "mlp_activation"),
     ({"final_logit_softcapping": -1.0}, "final_logit_softcapping"),

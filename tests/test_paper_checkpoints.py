@@ -174,13 +174,13 @@ def test_empty_or_foreign_folder_is_a_one_line_error(tmp_path, format_name):
 
 
 def test_kvm_paper_backbone_fields_and_weight_conventions():
-    """The paper's backbone on our fields; q/k rows permuted per head for the rotary layout, residual_scale 0.5
-    folded into the output projections, layer 0's ineffective value-residual gate dropped."""
+    """The paper's backbone on our fields (residual_scale 0.5 = sublayer_scale); q/k rows permuted per head for the
+    rotary layout; layer 0's ineffective value-residual gate dropped."""
     model = convert_paper_checkpoint("kvm-paper", FIXTURES / "kvm-paper")
     native = load_file(FIXTURES / "kvm-paper" / "model.safetensors")
     config = model.config
-    assert (config.norm_type, config.embedding_norm, config.token_shift, config.mlp_activation) == (
-        "layernorm", True, True, "relu2")
+    assert (config.norm_type, config.embedding_norm, config.token_shift, config.mlp_activation,
+            config.sublayer_scale) == ("layernorm", True, True, "relu2", 0.5)
     assert (config.value_source, config.value_mix, config.value_layer_indices) == ("v1", "sigmoid_lerp", [1, 2])
     assert (config.rope_parameters["rope_type"], config.rotary_dim, config.rope_table_dtype) == (
         "linspace", 16, "bfloat16")
@@ -192,7 +192,7 @@ def test_kvm_paper_backbone_fields_and_weight_conventions():
     assert torch.equal(attention.q_proj.weight, paper_q[:, permutation].reshape(64, 64))
     paper_k_shift = native["transformer.h.1.attn.x_k"].view(2, 32)
     assert torch.equal(attention.k_token_shift.mix, paper_k_shift[:, permutation].reshape(-1))
-    assert torch.equal(attention.o_proj.weight, 0.5 * native["transformer.h.1.attn.c_proj.weight"])
+    assert torch.equal(attention.o_proj.weight, native["transformer.h.1.attn.c_proj.weight"])
     assert torch.equal(attention.value_path.v1_gate_bias, native["transformer.h.1.attn.v_gate0"].reshape(-1))
     assert "transformer.h.0.attn.v_gate1.weight" in native and not hasattr(model.model.layers[0].self_attn.value_path,
                                                                             "v1_gate_up")

@@ -147,9 +147,8 @@ FORMATS: dict[str, PaperFormat] = {
                             "sequence_len + 1 tokens"),
     "kvm-paper": PaperFormat(load_kvm_paper, "recursal/KVM-paper (RWKV7BackboneForCausalLM, token_mixer 'kvm')",
                              "every weight maps to one of model type kvm on the paper's backbone fields (LayerNorm, "
-                             "token shift, sigmoid_lerp value residual; q/k rows permuted for the rotary layout, "
-                             "residual_scale folded into the output projections, bf16 rotary tables and state "
-                             "readout as the paper's); float32 rounding can still flip a hard merge where two slots "
+                             "token shift, sigmoid_lerp value residual, sublayer_scale; q/k rows permuted for the "
+                             "rotary layout, bf16 rotary tables and state readout as the paper's); float32 rounding can still flip a hard merge where two slots "
                              "nearly tie, or the bf16 rounding of a readout value near a rounding boundary"),
 }
 

@@ -6,14 +6,12 @@ final norms (`norm_type="layernorm"`, `embedding_norm`, ε 1e-5), token shift on
 (`token_shift`), the value residual V' = V + σ(b + h W_down W_up) ⊙ (V1 - V) (value path "v1" /
 "sigmoid_lerp" on every layer after the first, whose own gate has no effect: there V1 = V), per-head LayerNorm of q
 and k (ε 1e-5), ReLU² MLP, the paper's rotary frequencies with bf16 cos/sin tables (`rope_type="linspace"`,
-`rope_table_dtype`), its bf16 rounding of the state readout (`kvm_readout_dtype`). Conventions of the mapping:
+`rope_table_dtype`), its bf16 rounding of the state readout (`kvm_readout_dtype`).
 
-* rotary layout: the paper rotates interleaved pairs by -θ, we rotate (x_i, x_{i+n}) by +θ; every q/k head's rows of
-  W_Q, W_K and its per-dimension q/k-norm, state-norm and q/k token-shift parameters are permuted by
-  `paper_rotary_permutation` (scores are unchanged, the rotary half stays first: docs/fidelity.md);
-* `residual_scale` s (x + s f(x), 0.5 in the 350M configs) is folded into the output projections W_O and W_down:
-  s W y equals s (W y) exactly for a power of two and to float32 rounding otherwise (continued training with the
-  paper's dynamics would scale those matrices' learning rate by 1 / s).
+`residual_scale` (h + s f(h), 0.5 in the 350M configs) is `sublayer_scale`. The rotary layout differs: the paper
+rotates interleaved pairs by -θ, we rotate (x_i, x_{i+n}) by +θ; every q/k head's rows of W_Q, W_K and its
+per-dimension q/k-norm, state-norm and q/k token-shift parameters are permuted by `paper_rotary_permutation`
+(scores are unchanged, the rotary half stays first: docs/fidelity.md).
 
 Everything else the reference can configure and this package cannot represent is refused by name.
 """
@@ -61,7 +59,6 @@ PAPER_NAMES = [
 ]
 # per-head dimensions in the paper's rotary layout: permuted into ours
 ROTARY_LAYOUT = re.compile(r"\.attn\.(c_q\.weight|c_k\.weight|ln_q\.\w+|ln_k\.\w+|ln_s_k\.\w+|x_q|x_k)$")
-OUTPUT_PROJECTIONS = re.compile(r"\.(attn|mlp)\.c_proj\.weight$")
 
 
 def paper_rotary_permutation(head_dim: int, rotary_dim: int) -> torch.Tensor:
@@ -129,7 +126,7 @@ def kvm_paper_fields(config: dict, source: str) -> dict:
         vocab_size=get("vocab_size"), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=heads, head_dim=qk_head,
         intermediate_size=int(get("ffn_expansion") * hidden) // 32 * 32,  # the paper's MLP width
-        mlp_activation="relu2", max_position_embeddings=context,
+        mlp_activation="relu2", max_position_embeddings=context, sublayer_scale=get("residual_scale"),
         bos_token_id=get("bos_token_id"), eos_token_id=get("eos_token_id"), pad_token_id=get("pad_token_id"),
         tie_word_embeddings=False,
         norm_type="layernorm", embedding_norm=True, rms_norm_eps=PAPER_NORM_EPS,
@@ -166,7 +163,6 @@ def load_kvm_paper(directory) -> KvmForCausalLM:
     model = KvmForCausalLM(KvmConfig(**fields))
     head_dim, rotary_dim = model.config.head_dim, model.config.rotary_dim
     permutation = paper_rotary_permutation(head_dim, rotary_dim)
-    residual_scale = config.get("residual_scale") or 1.0
 
     weights = {}
     for name, tensor in state_dict.items():
@@ -177,8 +173,6 @@ def load_kvm_paper(directory) -> KvmForCausalLM:
         if ROTARY_LAYOUT.search(name):  # [heads * head_dim, ...] or [head_dim]: permute within every head
             rows = tensor.reshape(-1, head_dim, *tensor.shape[1:])
             tensor = rows[:, permutation].reshape(tensor.shape)
-        if OUTPUT_PROJECTIONS.search(name):
-            tensor = tensor * residual_scale
         if name.endswith(("v_gate0", "mlp.x_k")):  # [1, 1, C] -> [C]
             tensor = tensor.reshape(-1)
         weights[name] = tensor
