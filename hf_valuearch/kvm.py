@@ -224,24 +224,24 @@ class KVMMixer(nn.Module):
 
         queries [B, H, Tq, D]; window_keys/values [B, H_kv, W, D]; returns [B, H, Tq, D].
         """
-        keys, values = window_keys, window_values
-        num_state = 0
+        groups = self.num_key_value_groups
+        keys, values = repeat_kv(window_keys, groups), repeat_kv(window_values, groups)  # [B, H, W, D]
+        if self.window_temperature is not None:
+            keys = keys * self.window_temperature[None, :, None, None]
         if state is not None:
-            num_state = state.num_slots
-            state_keys = self.normed_state_keys(state.state_keys).to(keys.dtype)  # K^ = LN_s(S_k)
+            state_keys = repeat_kv(self.normed_state_keys(state.state_keys).to(keys.dtype), groups)  # K^ = LN_s(S_k)
+            if self.state_temperature is not None:
+                state_keys = state_keys * self.state_temperature[None, :, None, None]
             if self.readout_radius:  # V^ = r * S_v / |S_v|
                 state_values = F.normalize(state.state_values, dim=-1) * state.state_radius
             else:  # V^ = S_v / n
                 state_values = state.state_values / state.state_radius
-            state_values = state_values.to(values.dtype)
-            keys = torch.cat((state_keys, keys), dim=2)
+            state_values = repeat_kv(state_values.to(values.dtype), groups)
+            keys = torch.cat((state_keys, keys), dim=2)  # [B, H, M + W, D]
             values = torch.cat((state_values, values), dim=2)
-        keys, values = repeat_kv(keys, self.num_key_value_groups), repeat_kv(values, self.num_key_value_groups)
-        if self.state_temperature is not None:
-            temperature = torch.cat((self.state_temperature[:, None].expand(-1, num_state),
-                                     self.window_temperature[:, None].expand(-1, window_keys.shape[2])), dim=1)
-            keys = keys * temperature[None, :, :, None]  # [1, H, M + W, 1]
-        mask = lower_right_causal_mask(queries.shape[2], keys.shape[2], queries.device)
+        if queries.shape[2] == keys.shape[2]:  # the queries are all the keys: plain causal attention
+            return F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=self.scaling)
+        mask = lower_right_causal_mask(queries.shape[2], keys.shape[2], queries.device, queries.dtype)
         return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scaling)
 
     def extend(self, state: KVMState, queries, keys, values, gates, row_ends: list[int] | None = None):
@@ -258,7 +258,7 @@ class KVMMixer(nn.Module):
         chunk = self.chunk_size
         start, end = state.seen, state.seen + queries.shape[2]
         base = start - state.window_keys.shape[2]  # absolute index of the first buffered token
-        buffers = tuple(torch.cat((old, new), dim=2) for old, new in
+        buffers = tuple(torch.cat((old, new), dim=2) if old.shape[2] else new for old, new in
                         ((state.window_keys, keys), (state.window_values, values), (state.window_gates, gates)))
         all_keys, all_values, all_gates = buffers
         row_states = {}  # row -> its state, taken when the query loop reaches the row's end
@@ -301,11 +301,12 @@ class KVMMixer(nn.Module):
         return output, self.keep_window(state, buffers, base, end)
 
     def keep_window(self, state: KVMState, buffers, base: int, seen: int, row: int | None = None) -> KVMState:
-        """`state` with the window of `seen` tokens, [window_start(seen), seen), cut from `buffers` (window keys,
-        values, gates [B, H_kv, L, D] starting at absolute token `base`), all rows or only `row`."""
+        """`state` with the window of `seen` tokens, [window_start(seen), seen), copied from `buffers` (window keys,
+        values, gates [B, H_kv, L, D] starting at absolute token `base`), all rows or only `row`. A copy, not a
+        view: a view would keep the whole buffer (every key of a long prefill) alive in the cache."""
         kept = slice(self.window_start(seen) - base, seen - base)
         rows = slice(None) if row is None else slice(row, row + 1)
-        window_keys, window_values, window_gates = (buffer[rows, :, kept] for buffer in buffers)
+        window_keys, window_values, window_gates = (buffer[rows, :, kept].clone() for buffer in buffers)
         return replace(state, window_keys=window_keys, window_values=window_values, window_gates=window_gates,
                        seen=seen)
 
@@ -365,11 +366,13 @@ class KVMMixer(nn.Module):
 
 
 @functools.lru_cache(maxsize=16)
-def lower_right_causal_mask(num_queries: int, num_keys: int, device: torch.device) -> torch.Tensor:
-    """[Tq, L] bool: key j is visible to query i iff j <= i + (L - Tq) (the queries are the last Tq keys)."""
+def lower_right_causal_mask(num_queries: int, num_keys: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[Tq, L] additive mask in `dtype`: 0 where key j is visible to query i, j <= i + (L - Tq) (the queries are
+    the last Tq keys), -inf elsewhere (what SDPA would turn a boolean mask into on every call)."""
     query_index = torch.arange(num_queries, device=device)[:, None]
     key_index = torch.arange(num_keys, device=device)[None, :]
-    return key_index <= query_index + (num_keys - num_queries)
+    visible = key_index <= query_index + (num_keys - num_queries)
+    return torch.zeros(visible.shape, device=device, dtype=dtype).masked_fill_(~visible, float("-inf"))
 
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
