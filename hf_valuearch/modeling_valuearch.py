@@ -160,8 +160,8 @@ class ValueArchRotaryEmbedding(nn.Module):
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -170,6 +170,8 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     rotary_dim = cos.shape[-1]
 
     def rotate(x):
+        if rotary_dim == x.shape[-1]:  # full RoPE: nothing passes through
+            return (x * cos) + (rotate_half(x) * sin)
         x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
         return torch.cat(((x_rot * cos) + (rotate_half(x_rot) * sin), x_pass), dim=-1)
 
