@@ -59,6 +59,15 @@ class KVMState:
         return replace(self, **{f.name: getattr(self, f.name).index_select(0, index)
                                 for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)})
 
+    def without_spare_buffer(self) -> KVMState:
+        """This state with its window copied out of the buffer it is a view of when that buffer is more than twice
+        its size (after a long prefill, every key of the prompt), so that a cache holds only the window."""
+        def own(window: torch.Tensor) -> torch.Tensor:
+            return window.clone() if window.untyped_storage().nbytes() > 2 * window.nbytes else window
+
+        return replace(self, window_keys=own(self.window_keys), window_values=own(self.window_values),
+                       window_gates=own(self.window_gates))
+
     @property
     def num_slots(self) -> int:
         return self.state_keys.shape[2]
@@ -270,7 +279,9 @@ class KVMMixer(nn.Module):
                     row_states[row] = self.keep_window(row_state, buffers, base, seen, row)
 
         take_row_states(state, start)
-        outputs = []
+        batch, heads, length, head_dim = queries.shape
+        # [B, H, T, D], stored as [B, T, H, D]: the layout the attention layer reads, so that no copy follows
+        output = queries.new_empty(batch, length, heads, head_dim).transpose(1, 2)
         query_start = start
         while query_start < end:
             query_end = min(end, (query_start // chunk + 1) * chunk,
@@ -290,23 +301,21 @@ class KVMMixer(nn.Module):
                                           left_window=state.covered + chunk)
                 state = replace(state, covered=state.covered + chunk)
             window = slice(window_start - base, query_end - base)
-            outputs.append(self.attend(queries[:, :, query_start - start: query_end - start],
-                                       all_keys[:, :, window], all_values[:, :, window],
-                                       state if window_start > 0 else None))
+            output[:, :, query_start - start: query_end - start] = self.attend(
+                queries[:, :, query_start - start: query_end - start], all_keys[:, :, window], all_values[:, :, window],
+                state if window_start > 0 else None)
             take_row_states(state, query_end)
             query_start = query_end
-        output = torch.cat(outputs, dim=2) if outputs else queries.new_zeros(queries.shape)
         if row_ends is not None:
             return output, [row_states[row] for row in range(keys.shape[0])]
         return output, self.keep_window(state, buffers, base, end)
 
     def keep_window(self, state: KVMState, buffers, base: int, seen: int, row: int | None = None) -> KVMState:
-        """`state` with the window of `seen` tokens, [window_start(seen), seen), copied from `buffers` (window keys,
-        values, gates [B, H_kv, L, D] starting at absolute token `base`), all rows or only `row`. A copy, not a
-        view: a view would keep the whole buffer (every key of a long prefill) alive in the cache."""
+        """`state` with the window of `seen` tokens, [window_start(seen), seen), cut from `buffers` (window keys,
+        values, gates [B, H_kv, L, D] starting at absolute token `base`), all rows or only `row`."""
         kept = slice(self.window_start(seen) - base, seen - base)
         rows = slice(None) if row is None else slice(row, row + 1)
-        window_keys, window_values, window_gates = (buffer[rows, :, kept].clone() for buffer in buffers)
+        window_keys, window_values, window_gates = (buffer[rows, :, kept] for buffer in buffers)
         return replace(state, window_keys=window_keys, window_values=window_values, window_gates=window_gates,
                        seen=seen)
 
@@ -345,7 +354,7 @@ class KVMMixer(nn.Module):
                     states[row], *(x[row: row + 1, :, tokens] for x in (queries, keys, values, gates)))
                 output[row: row + 1, :, tokens] = row_output
         if layer_cache is not None:
-            layer_cache.states = states
+            layer_cache.states = [state.without_spare_buffer() for state in states]
             layer_cache.length += queries.shape[2]
         self.last_states = [(s.num_slots, s.window_keys.shape[2], s.covered) for s in states]
         return output.transpose(1, 2)
