@@ -1,6 +1,7 @@
 """Side-by-side benchmarks against transformers' LlamaForCausalLM of the same dimensions.
 
     python scripts/bench.py [SUITE ...] [--quick] [--output OUT.json] [--threads N] [--device cpu|cuda] [--compile]
+                            [--clock wall|cpu]
 
 Suites (all of them when none is named):
   training    training tokens/s (forward + backward + AdamW step) of every model type
@@ -16,7 +17,9 @@ medians and of their ratios to Llama (and to the parent architecture, where one 
 issue 13 with their measured ratios. `--output` writes the raw medians and every ratio as JSON. `--quick` uses
 small sizes (a few minutes on 2 CPU cores); on CUDA the models run in bfloat16. `--profile` adds the top
 operators by share of self time (torch.profiler) for every training candidate: the first place to look when a
-ratio is off. `--compile` adds a torch.compile'd copy of each training candidate (compiled vs eager).
+ratio is off. `--compile` adds a torch.compile'd copy of each training candidate, "NAME (compiled)", whose ratio
+to parent is compiled / eager. `--clock cpu` times with this process's CPU time instead of wall time, so that
+other processes on a shared machine barely move the ratios (with `--threads 1`, where CPU time is compute time).
 """
 
 from __future__ import annotations
