@@ -66,16 +66,21 @@ def suite(name: str):
 
 
 def time_side_by_side(candidates: dict[str, Callable[[], object]], args, repeats: int | None = None,
-                      warmup: int = 1) -> dict[str, float]:
+                      warmup: int = 1, min_seconds: float = 1.0, max_rounds: int = 51) -> dict[str, float]:
     """Median time in seconds of each zero-argument callable, measured in alternation (A, B, C, then
-    C, B, A, ...), `args.repeats` rounds unless `repeats` says otherwise, on the clock `args.clock`: wall time,
-    or this process's CPU time ("cpu": the time other processes take on a shared machine is not counted)."""
+    C, B, A, ...), on the clock `args.clock`: wall time, or this process's CPU time ("cpu": the time other
+    processes take on a shared machine is not counted). `args.repeats` rounds unless `repeats` says otherwise,
+    and more for fast callables: enough for about `min_seconds` of the slowest one (at most `max_rounds`)."""
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    slowest = 0.0
     for fn in candidates.values():
         for _ in range(warmup):
+            start = clock()
             fn()
+            slowest = max(slowest, clock() - start)
+    rounds = max(repeats or args.repeats, min(max_rounds, int(min_seconds / max(slowest, 1e-9))))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    for round_idx in range(repeats or args.repeats):
+    for round_idx in range(rounds):
         order = list(candidates) if round_idx % 2 == 0 else list(reversed(candidates))  # no favoured position
         for name in order:
             synchronize(args.device)
@@ -493,7 +498,7 @@ def main(argv=None):
     parser.add_argument("--output", default=None, help="write the medians and ratios as JSON to this file")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per candidate (default 5, quick 3)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per candidate (default 5, quick 3); fast calls get more")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall time, or this process's CPU time (all its threads): other processes on a shared "
                              "machine do not count; use it with --threads 1 on CPU")
@@ -525,7 +530,8 @@ def main(argv=None):
         rows += suite_rows
     target_rows = targets(rows)
     print(f"\ndevice {args.device} ({args.dtype}), threads {torch.get_num_threads()}, "
-          f"{'quick' if args.quick else 'full'} sizes, median of {args.repeats} alternating rounds of {args.clock} time\n")
+          f"{'quick' if args.quick else 'full'} sizes, median of {args.repeats} or more alternating rounds "
+          f"(fast calls: about 1 s of the slowest, at most 51 rounds) of {args.clock} time\n")
     print(markdown(rows, target_rows))
     if args.output:
         settings = dict(device=args.device, dtype=str(args.dtype), threads=torch.get_num_threads(), quick=args.quick,
