@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from hf_valuearch.reproduction import aggregate, reproduce
+from hf_valuearch.reproduction import aggregate, long_context, reproduce
 from hf_valuearch.reproduction.groups import GROUPS, SCALES
 from hf_valuearch.reproduction.statistics import format_spread, mean_and_spread, paired_differences
 from tests.common import run_script
@@ -86,10 +86,27 @@ def check_outputs(results, group_dir, group):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group_name", ["satformer", "rd_attnres", "kvm"])
-def test_group_end_to_end_at_micro_scale(group_name, corpus, tmp_path):
+def test_group_end_to_end_at_micro_scale(group_name, corpus, tmp_path, monkeypatch):
+    group = GROUPS[group_name]
+    if group.niah_context_multiples:  # one NIAH cell (one length, one depth, one sample): the wiring, in seconds
+        monkeypatch.setattr(long_context, "NIAH_DEPTHS", (50,))
+        monkeypatch.setattr(long_context, "NIAH_SAMPLES", 1)
+        monkeypatch.setitem(GROUPS, group_name, dataclasses.replace(group, niah_context_multiples=(4,)))
     results = reproduce(group_name, corpus, "tiny", seeds=1, output_dir=str(tmp_path), max_steps=1)
-    check_outputs(results, tmp_path / group_name, GROUPS[group_name])
-    assert "a smoke run, budgets not matched" in (tmp_path / group_name / "results.md").read_text()
+    check_outputs(results, tmp_path / group_name, group)
+    table = (tmp_path / group_name / "results.md").read_text()
+    assert "a smoke run, budgets not matched" in table
+    if group.loss_context_multiples:  # KVM: loss and NIAH beyond the training length, for every model
+        block = SCALES["tiny"].block_size
+        for name in results["variants"]:
+            run = results["runs"][name][0]
+            assert block in run["loss_by_length"] and all(math.isfinite(x) for x in run["loss_by_length"].values())
+            assert set(run["loss_by_length"]) <= {multiple * block for multiple in group.loss_context_multiples}
+            assert list(run["niah_by_length"]) == [4 * block]
+            assert all(0 <= accuracy <= 1 for accuracy in run["niah_by_length"].values())
+            assert (tmp_path / group_name / "runs" / name / "seed0" / "niah" / "niah_heatmap.png").is_file()
+        assert set(results["long_context"]) == {"loss_by_length", "niah_by_length"}
+        assert "NIAH accuracy by context length" in table and (tmp_path / group_name / "long_context.png").is_file()
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ FLOPs where the paper matches FLOPs (`accounting.flops_per_token`). Each run is 
 the code path of `scripts/train.py`, so rerunning the command resumes unfinished runs and finished runs have
 nothing to do. After training, every final model runs a few held-out blocks with its depth routes recorded, and
 `model.valuearch_diagnostics()` gives the per-layer statistics; the loss curves come from the Trainer's log history.
+Groups about long context (`Group.loss_context_multiples`, `niah_context_multiples`) also measure held-out loss and
+NIAH accuracy at multiples of the training length (`long_context.py`).
 Not shipped inside checkpoints.
 """
 
@@ -24,6 +26,8 @@ from ..training import TOKENIZER_SAMPLE_CHARS, load_config, pretrain, replace_di
 from ..training.accounting import flops_per_token, parameter_split
 from ..training.data import HeldOutBlocks, PackedStream, training_texts
 from .groups import GROUPS, REPO, SCALES, Group, Scale, Variant
+from . import long_context
+from .long_context import loss_by_length, niah_by_length
 from .report import write_report
 from .statistics import mean_and_spread, paired_differences
 
@@ -31,7 +35,7 @@ DIAGNOSTIC_BLOCKS = 4  # held-out blocks each final model runs to record its per
 
 
 def source_config(group: Group, variant: Variant, scale: Scale) -> dict:
-    """The variant's config fields at `scale`: its source file (the tiny one, widened, for "small") plus its own
+    """The variant's config fields at `scale`: its source file (the tiny one for "tiny" and "small") plus its own
     fields; a field set to None is removed (the model type's default applies)."""
     key = "paper" if scale.name == "paper" else "tiny"
     if key not in variant.config:
@@ -44,10 +48,6 @@ def source_config(group: Group, variant: Variant, scale: Scale) -> dict:
             fields.pop(name, None)
         else:
             fields[name] = value
-    if scale.width_factor != 1:
-        for name in ("hidden_size", "intermediate_size", "head_dim"):
-            if fields.get(name) is not None:
-                fields[name] *= scale.width_factor
     return fields
 
 
@@ -148,6 +148,21 @@ def aggregate(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict
     return summary
 
 
+def long_context_summary(runs: dict[str, dict[int, dict]]) -> dict[str, dict]:
+    """{"loss_by_length" / "niah_by_length": {variant: {length: mean ± spread over seeds}}} for the metrics the runs
+    hold; a length missing from any seed of a variant is left out for it."""
+    summary = {}
+    for metric in ("loss_by_length", "niah_by_length"):
+        if not all(metric in run for seeds in runs.values() for run in seeds.values()):
+            continue
+        summary[metric] = {}
+        for name, seeds in runs.items():
+            lengths = set.intersection(*(set(run[metric]) for run in seeds.values()))
+            summary[metric][name] = {length: mean_and_spread([run[metric][length] for run in seeds.values()])
+                                     for length in sorted(lengths)}
+    return summary
+
+
 def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tiny", seeds: int = 3,
               output_dir: str = "reproduction", max_steps: int | None = None) -> dict:
     """Train every model of a group for every seed (resuming), then write results.md, results.json and the PNGs
@@ -173,12 +188,15 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
     blocks = torch.stack(HeldOutBlocks(PackedStream(corpus, tokenizer, block_size, held_out=True,
                                                     max_blocks=DIAGNOSTIC_BLOCKS)).blocks)
 
+    loss_lengths = [multiple * block_size for multiple in group.loss_context_multiples]
+    niah_lengths = [multiple * block_size for multiple in group.niah_context_multiples]
     config_dir = group_dir / "configs"
     config_dir.mkdir(exist_ok=True)
     written = {}
     for name, fields in configs.items():
         fields["vocab_size"] = vocab_size
-        fields["max_position_embeddings"] = max(fields.get("max_position_embeddings", block_size), block_size)
+        fields["max_position_embeddings"] = max(fields.get("max_position_embeddings", 0), block_size, *loss_lengths,
+                                                   *niah_lengths)
         written[name] = config_dir / f"{name}.json"
         written[name].write_text(json.dumps(fields, indent=2) + "\n")
 
@@ -207,6 +225,10 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
                 "history": loss_history(run_dir),
                 "layers": layer_diagnostics(model, blocks, group.layer_statistics),
             }
+            if loss_lengths:
+                runs[name][seed]["loss_by_length"] = loss_by_length(model, corpus, tokenizer, block_size, loss_lengths)
+            if niah_lengths:
+                runs[name][seed]["niah_by_length"] = niah_by_length(run_dir / "final", run_dir / "niah", niah_lengths)
         variants[name] = {"config": str(written[name].relative_to(group_dir)), "flops_per_token": per_token[name],
                           "parameters": parameter_split(model)}
     results = {
@@ -215,6 +237,10 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
                     if max_steps is not None else "training FLOPs" if group.flop_matched else "training tokens"),
         "variants": variants, "runs": runs, "summary": aggregate(runs, group.baseline.name),
     }
+    if loss_lengths or niah_lengths:
+        results["long_context"] = long_context_summary(runs)
+    if niah_lengths:
+        results["niah_setup"] = {"depths": list(long_context.NIAH_DEPTHS), "samples": long_context.NIAH_SAMPLES}
     write_report(results, group_dir)
     return results
 
