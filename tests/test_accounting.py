@@ -3,11 +3,13 @@ against the BoV paper's token counts for its FLOP budgets."""
 
 
 import pytest
+import torch
 
 from hf_valuearch import MODEL_TYPES
 from hf_valuearch.training import load_config
-from hf_valuearch.training.accounting import flops_breakdown, flops_per_token, parameter_split
-from tests.common import REPO
+from hf_valuearch.training.accounting import (flops_breakdown, flops_per_token, parameter_split,
+                                              shortest_block_training_every_parameter)
+from tests.common import REPO, random_ids
 
 # vocab 99, hidden 32, intermediate 37, 3 layers, 4 heads of 8, 2 KV heads
 SHAPES = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=3, num_attention_heads=4,
@@ -96,3 +98,28 @@ def test_paper_token_counts(name, budget, tokens):
 def test_bad_sequence_length(seq_len):
     with pytest.raises(ValueError, match="seq_len"):
         flops_per_token(config("valuearch"), seq_len)
+
+
+TINY_KVM = sorted((REPO / "configs" / "kvm" / "tiny").glob("*.json"))
+TINY_KVM_SQRT16 = REPO / "configs" / "kvm" / "tiny" / "kvm_sqrt16.json"
+
+
+# every tiny KVM config, and a state growing by whole chunks (16 sqrt(T)) whose appends are not gated: its merge
+# gate first trains at the first merge, 273 tokens
+UNGATED_APPENDS = {"kvm_merge_gate_appends": False, "kvm_growth_factor": 16.0}
+
+
+@pytest.mark.parametrize("path, overrides", [(path, {}) for path in TINY_KVM] + [(TINY_KVM_SQRT16, UNGATED_APPENDS)],
+                         ids=[path.stem for path in TINY_KVM] + ["kvm_sqrt16_ungated_appends"])
+def test_shortest_block_training_every_kvm_parameter(path, overrides):
+    """One token less leaves a parameter (state key norm or merge gate) without a gradient; that length trains all."""
+    kvm = load_config(str(path), overrides)
+    shortest = shortest_block_training_every_parameter(kvm)
+    for length in (shortest - 1, shortest):
+        torch.manual_seed(0)
+        lm = MODEL_TYPES["kvm"][2](kvm)
+        ids = random_ids(1, length, kvm.vocab_size)
+        lm(ids, labels=ids).loss.backward()
+        untrained = [name for name, parameter in lm.named_parameters() if parameter.grad is None]
+        assert bool(untrained) == (length < shortest), (length, untrained)
+    assert shortest_block_training_every_parameter(load_config("valuearch")) is None

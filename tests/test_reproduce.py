@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from hf_valuearch.reproduction import aggregate, long_context, reproduce
+from hf_valuearch import MODEL_TYPES
+from hf_valuearch.reproduction import aggregate, long_context, reproduce, source_config
 from hf_valuearch.reproduction.groups import GROUPS, SCALES
 from hf_valuearch.reproduction.statistics import format_spread, mean_and_spread, paired_differences
 from tests.common import run_script
@@ -64,10 +65,24 @@ def test_bad_input_gets_a_clear_error(tmp_path, corpus):
         reproduce("kvm", corpus, "huge", output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="--seeds 0 is invalid"):
         reproduce("kvm", corpus, seeds=0, output_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="no paper-scale config for 'baseline'"):
-        reproduce("satformer", corpus, "paper", output_dir=str(tmp_path))
     with pytest.raises(SystemExit, match="error: --max_steps 0 is invalid"):
         run_script("reproduce", "kvm", "--corpus", corpus, "--max_steps", "0", "--output_dir", str(tmp_path))
+
+
+def test_every_group_has_paper_scale_configs():
+    for group in GROUPS.values():
+        for variant in group.variants:
+            assert "paper" in variant.config, (group.name, variant.name)
+    satformer = GROUPS["satformer"]
+    configs = {}
+    for variant in satformer.variants:  # the SATFormer-small backbone with each variant's value path
+        fields = source_config(satformer, variant, SCALES["paper"])
+        fields.pop("training")
+        configs[variant.name] = MODEL_TYPES[fields.pop("model_type")][0](**fields)
+    assert {name: (config.value_source, config.value_mix) for name, config in configs.items()} == {
+        "baseline": ("residual", "substitute"), "resformer": ("v1", "add"), "satformer": ("v1", "relu_gate")}
+    assert {(config.hidden_size, config.num_hidden_layers, config.qk_norm, config.tie_word_embeddings)
+            for config in configs.values()} == {(768, 11, "rmsnorm", True)}
 
 
 def check_outputs(results, group_dir, group):

@@ -136,6 +136,19 @@ def test_a_bare_model_type_means_its_tiny_config(model_type):
     assert (REPO / "configs" / "tiny" / f"{model_type}.json").is_file()
 
 
+def test_kvm_blocks_too_short_for_the_state_make_ddp_search_unused_parameters():
+    from hf_valuearch.training import find_unused_parameters
+
+    kvm = load_config(str(REPO / "configs" / "kvm" / "tiny" / "kvm_fixed256.json"))  # needs 25 tokens: 2 x 8 + 8 + 1
+    assert find_unused_parameters(kvm, 25, None) == (None, None)  # the Trainer's default stays
+    assert find_unused_parameters(kvm, 25, False) == (False, None)
+    search, note = find_unused_parameters(kvm, 24, None)
+    assert search is True and "--block_size 24 is shorter than the 25 tokens" in note
+    with pytest.raises(ValueError, match="--block_size 24 leaves .* at least 25 tokens"):
+        find_unused_parameters(kvm, 24, False)
+    assert find_unused_parameters(load_config("valuearch"), 8, False) == (False, None)
+
+
 def test_runs_folder_is_ignored():
     assert "runs/" in (REPO / ".gitignore").read_text().split()
 
@@ -167,6 +180,43 @@ def test_sigint_saves_a_checkpoint_and_the_rerun_finishes(corpus, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "missing keys" not in resumed.stderr + resumed.stdout
     assert json.loads((tmp_path / "run" / "final" / "training_metrics.json").read_text())["global_step"] == step + 2
+
+
+@pytest.mark.slow
+def test_sigkill_loses_nothing_the_rerun_recomputes(corpus, tmp_path):
+    """A real process is SIGKILLed (no handler runs) once a checkpoint exists. Nothing is lost: rerunning the same
+    command resumes from the last complete checkpoint and recomputes the steps after it identically, ending with
+    the weights and whole-run train_loss of an uninterrupted run."""
+    def argv(output):
+        arguments = common_args(corpus, output, "--logging_steps", "1", "--eval_strategy", "no")
+        arguments[arguments.index("--max_steps") + 1] = "8"
+        arguments[arguments.index("--save_steps") + 1] = "2"
+        return arguments
+
+    log = tmp_path / "killed.log"
+    with log.open("w") as output:
+        process = subprocess.Popen([sys.executable, str(REPO / "scripts" / "train.py"), *argv(tmp_path / "killed")],
+                                   stdout=output, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "killed").glob("checkpoint-*")):  # checkpoints appear only when complete
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.01)
+    process.kill()
+    process.wait(timeout=60)
+    checkpoints = sorted(int(path.name.split("-")[1]) for path in (tmp_path / "killed").glob("checkpoint-*"))
+    assert checkpoints[-1] < 8 and not (tmp_path / "killed" / "final").exists()  # killed mid-run
+
+    run_script("train", *argv(tmp_path / "killed"))
+    run_script("train", *argv(tmp_path / "straight"))
+    metrics = {run: json.loads((tmp_path / run / "final" / "training_metrics.json").read_text())
+               for run in ("killed", "straight")}
+    assert metrics["killed"]["resumed_from"].endswith(f"checkpoint-{checkpoints[-1]}")
+    assert metrics["killed"]["train_loss"] == pytest.approx(metrics["straight"]["train_loss"], rel=1e-6)
+    killed, straight = (load_file(tmp_path / run / "final" / "model.safetensors") for run in ("killed", "straight"))
+    assert killed.keys() == straight.keys()
+    for name in straight:
+        assert torch.allclose(killed[name], straight[name], atol=1e-6), name
 
 
 def test_hub_streaming_path_reads_a_local_dataset_folder(tmp_path):

@@ -28,7 +28,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy, 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
 from ..cards.hub import check_hub_access, upload_checkpoint
-from .accounting import flops_per_token, parameter_split
+from .accounting import flops_per_token, parameter_split, shortest_block_training_every_parameter
 from .data import DEFAULT_CORPUS, HeldOutBlocks, PackedStream, training_texts
 from .diagnostics import DiagnosticsCallback
 from .optim import OptimizerRecipe, build_optimizer
@@ -278,6 +278,24 @@ def plan_steps(config, args, block_size: int, max_steps, tokens, flops) -> tuple
                        f"{per_token:.4g} FLOPs/token = {total * per_token:.4g} FLOPs")
 
 
+def find_unused_parameters(config, block_size: int, requested: bool | None) -> tuple[bool | None, str | None]:
+    """DDP's `find_unused_parameters` for training `config` on `block_size`-token blocks, and a note to print.
+
+    A block too short for every parameter to get a gradient (KVM's state key norm and merge gate, see
+    `shortest_block_training_every_parameter`) needs the search, else DDP fails on the first step; `requested`
+    (--ddp_find_unused_parameters; None: the Trainer's default) is kept otherwise, and refused if False."""
+    shortest = shortest_block_training_every_parameter(config)
+    if shortest is None or block_size >= shortest:
+        return requested, None
+    if requested is False:
+        raise ValueError(f"--block_size {block_size} leaves KVM's state key norm / merge gate without gradients (they "
+                         f"need blocks of at least {shortest} tokens), which DDP with --ddp_find_unused_parameters "
+                         f"false cannot train; use --block_size {shortest} or more, or leave "
+                         "--ddp_find_unused_parameters unset")
+    return True, (f"note: --block_size {block_size} is shorter than the {shortest} tokens every KVM parameter needs "
+                  "for a gradient; multi-process runs search for unused parameters (ddp_find_unused_parameters=True)")
+
+
 def pretrain(
     config_spec: str,
     data: str | None,
@@ -328,6 +346,8 @@ def pretrain(
                              "--per_device_train_batch_size or pass --gradient_accumulation_steps")
         args.gradient_accumulation_steps = preset["batch_sequences"] // per_step
     args.max_steps, budget = plan_steps(config, args, block_size, max_steps, tokens, flops)
+    args.ddp_find_unused_parameters, unused_note = find_unused_parameters(config, block_size,
+                                                                          args.ddp_find_unused_parameters)
     if "logging_steps" not in arguments:
         args.logging_steps = max(1, args.max_steps // 20)
     if "eval_strategy" not in arguments:  # held-out loss and bits per byte ten times per run
@@ -350,6 +370,8 @@ def pretrain(
     set_seed(args.seed)  # the initial weights are part of the run: same seed, same model
     model = MODEL_TYPES[config.model_type][2](config)
     if args.should_save:
+        if unused_note:
+            print(unused_note)
         if "data" in preset and data != preset["data"]:
             print(f"note: the paper trained this preset on {preset['data']} (pass --data {preset['data']})")
         split = ", ".join(f"{kind} {count:,}" for kind, count in parameter_split(model).items())

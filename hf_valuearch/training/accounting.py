@@ -79,6 +79,28 @@ def _kvm_context(mixer: KVMMixer, seq_len: int) -> int:
     return (seq_len - window_start) + slots
 
 
+def shortest_block_training_every_parameter(config) -> int | None:
+    """The fewest tokens a training sequence needs for every KVM parameter to get a gradient; None without KVM
+    layers. KVM reads its state once the first chunk leaves the raw window (length > n_w * C), which trains the
+    state key norm; the merge gate g scales the chunks absorbed after that first, verbatim one (spec_kvm.md A.3):
+    appended slots when `kvm_merge_gate_appends`, else only merged tokens, so with growing states and ungated
+    appends it waits for the first chunk that does not fit into new slots."""
+    if "kvm" not in config.mixer_types:
+        return None
+    with torch.device("meta"):
+        mixer = KVMMixer(config, layer_idx=0)
+    chunk, window = mixer.chunk_size, mixer.window_chunks * mixer.chunk_size
+    if mixer.merge_gate_proj is None:
+        return window + 1
+    slots, covered = chunk, chunk  # the first chunk enters the state verbatim, ungated
+    while True:  # the chunk [covered, covered + C) leaves the window at length covered + window + 1
+        desired = mixer.desired_state_slots(window + covered, covered + chunk, slots)
+        appended = min(max(desired - slots, 0), chunk)
+        if mixer.gate_appends or appended < chunk or covered + window >= config.max_position_embeddings:
+            return covered + window + 1
+        slots, covered = slots + appended, covered + chunk
+
+
 def _depth_read_sources(config) -> list[tuple[int, int]]:
     """(queries, sources) of every depth read of (RD-)AttnRes: per sublayer s, ceil(s / S) completed blocks
     plus the partial block; the final read sees all of them (arXiv:2603.15031 Eq. 6)."""
