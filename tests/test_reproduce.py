@@ -9,7 +9,7 @@ import random
 import pytest
 
 from hf_valuearch import MODEL_TYPES
-from hf_valuearch.reproduction import aggregate, long_context, reproduce, source_config
+from hf_valuearch.reproduction import aggregate, long_context, reproduce, run_plan, source_config
 from hf_valuearch.reproduction.groups import GROUPS, SCALES
 from hf_valuearch.reproduction.statistics import format_spread, mean_and_spread, paired_differences
 from tests.common import run_script
@@ -83,6 +83,17 @@ def test_every_group_has_paper_scale_configs():
         "baseline": ("residual", "substitute"), "resformer": ("v1", "add"), "satformer": ("v1", "relu_gate")}
     assert {(config.hidden_size, config.num_hidden_layers, config.qk_norm, config.tie_word_embeddings)
             for config in configs.values()} == {(768, 11, "rmsnorm", True)}
+
+
+PAPER_PLANS = {  # (block size, global batch, the baseline's budget) from the papers' recipes in configs/
+    "bov": (2048, 256, {"flops": 1.5e18}), "rd_attnres": (2048, 256, {"tokens": 2e9}),
+    "satformer": (4096, 512, {"tokens": 2384 * 512 * 4096}), "kvm": (8192, 64, {"tokens": 6000 * 64 * 8192})}
+
+
+def test_paper_scale_runs_the_baselines_recipe():
+    assert set(PAPER_PLANS) == set(GROUPS)
+    for name, group in GROUPS.items():
+        assert run_plan(group, SCALES["paper"]) == PAPER_PLANS[name], name
 
 
 def check_outputs(results, group_dir, group):

@@ -51,20 +51,23 @@ def source_config(group: Group, variant: Variant, scale: Scale) -> dict:
     return fields
 
 
-def run_plan(group: Group, scale: Scale) -> tuple[int, int, float]:
-    """(block size, batch size, the baseline's training tokens) at `scale`; "paper" reads them from the baseline
-    config's "training" recipe."""
+def run_plan(group: Group, scale: Scale) -> tuple[int, int, dict]:
+    """(block size, global batch in sequences, the baseline's budget: {"tokens": N} or {"flops": F}) at `scale`;
+    "paper" reads them from the baseline config's "training" recipe (block_size, batch_sequences and its budget)."""
     if scale.name != "paper":
-        return scale.block_size, scale.batch_size, scale.baseline_tokens
+        return scale.block_size, scale.batch_size, {"tokens": scale.baseline_tokens}
     recipe = source_config(group, group.baseline, scale).get("training", {})
-    block_size = recipe.get("block_size")
-    batch_size = recipe.get("training_arguments", {}).get("per_device_train_batch_size")
-    if not block_size or not batch_size or not any(recipe.get(k) for k in ("tokens", "max_steps")):
-        raise ValueError(f"--scale paper needs block_size, training_arguments.per_device_train_batch_size and tokens "
-                         f"or max_steps in the \"training\" recipe of {group.baseline.config['paper']}; it has "
-                         f"{sorted(recipe)}")
-    tokens = recipe.get("tokens") or recipe["max_steps"] * batch_size * block_size
-    return block_size, batch_size, float(tokens)
+    block_size, batch_size = recipe.get("block_size"), recipe.get("batch_sequences")
+    if recipe.get("flops"):
+        budget = {"flops": float(recipe["flops"])}
+    elif recipe.get("tokens") or recipe.get("max_steps"):
+        budget = {"tokens": float(recipe.get("tokens") or recipe["max_steps"] * (batch_size or 0) * (block_size or 0))}
+    else:
+        budget = {}
+    if not block_size or not batch_size or not budget:
+        raise ValueError(f"--scale paper needs block_size, batch_sequences and one of flops / tokens / max_steps in "
+                         f"the \"training\" recipe of {group.baseline.config['paper']}; it has {sorted(recipe)}")
+    return block_size, batch_size, budget
 
 
 def group_tokenizer(group_dir: Path, corpus: str | None, vocab_size: int):
@@ -177,7 +180,7 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
         raise ValueError(f"--max_steps {max_steps!r} is invalid: expected an integer >= 1")
     group, scale = GROUPS[group_name], SCALES[scale_name]
     group_dir = Path(output_dir) / group.name
-    block_size, batch_size, baseline_tokens = run_plan(group, scale)
+    block_size, batch_size, baseline_budget = run_plan(group, scale)
     configs = {variant.name: source_config(group, variant, scale) for variant in group.variants}
     vocab_size = scale.vocab_size or configs[group.baseline.name]["vocab_size"]
     manifest = {"group": group.name, "corpus": corpus, "scale": scale.name, "seeds": seeds, "max_steps": max_steps,
@@ -201,7 +204,9 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
         written[name].write_text(json.dumps(fields, indent=2) + "\n")
 
     per_token = {name: flops_per_token(load_config(str(path)), block_size) for name, path in written.items()}
-    budget_flops = baseline_tokens * per_token[group.baseline.name]
+    baseline_per_token = per_token[group.baseline.name]
+    budget_flops = baseline_budget.get("flops") or baseline_budget["tokens"] * baseline_per_token
+    baseline_tokens = baseline_budget.get("tokens") or budget_flops / baseline_per_token
     runs, variants = {}, {}
     for variant in group.variants:
         name = variant.name
@@ -216,7 +221,7 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
             run_dir = group_dir / "runs" / name / f"seed{seed}"
             print(f"== {group.name} / {name} / seed {seed}: {run_dir}")
             metrics = pretrain_run(str(written[name]), corpus, run_dir, group_dir / "tokenizer", block_size,
-                                   batch_size, seed, budget)
+                                   batch_size if scale.name != "paper" else None, seed, budget)
             model = AutoModelForCausalLM.from_pretrained(run_dir / "final")
             tokens = metrics["global_step"] * batch_size * block_size
             runs[name][seed] = {
@@ -245,8 +250,11 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
     return results
 
 
-def pretrain_run(config: str, corpus, run_dir: Path, tokenizer: Path, block_size: int, batch_size: int, seed: int,
-                 budget: dict) -> dict:
-    """One run through `scripts/train.py`'s code path (resumes; a finished run has nothing to do)."""
-    return pretrain(config, corpus, str(run_dir), tokenizer_path=str(tokenizer), block_size=block_size,
-                    per_device_train_batch_size=batch_size, seed=seed, disable_tqdm=True, **budget)
+def pretrain_run(config: str, corpus, run_dir: Path, tokenizer: Path, block_size: int, batch_size: int | None,
+                 seed: int, budget: dict) -> dict:
+    """One run through `scripts/train.py`'s code path (resumes; a finished run has nothing to do). `batch_size`
+    sequences make one step on one process; None keeps the config recipe's global batch (`batch_sequences`,
+    accumulated over per-device batches, the paper scale)."""
+    batch = {} if batch_size is None else {"per_device_train_batch_size": batch_size, "gradient_accumulation_steps": 1}
+    return pretrain(config, corpus, str(run_dir), tokenizer_path=str(tokenizer), block_size=block_size, seed=seed,
+                    disable_tqdm=True, **batch, **budget)
