@@ -75,8 +75,7 @@ def _bov_variants() -> tuple[Variant, ...]:
                                 "paper": f"configs/value_paths/135m_{name}.json"}) for name in rows + ["bov"])
 
 
-_SATFORMER = {name: {"tiny": f"configs/tiny/{name}.json", "paper": "configs/satformer/satformer_small.json"}
-              for name in ("valuearch", "resformer", "satformer")}
+_SATFORMER = {"tiny": "configs/satformer/satformer_tiny.json", "paper": "configs/satformer/satformer_small.json"}
 _RD = {"tiny": "configs/depth_routing/rd_attnres_tiny.json", "paper": "configs/depth_routing/rd_attnres_120m.json"}
 _STANDARD_ROUTING = {"model_type": "valuearch", "attnres_block_size": None, "value_route": None}
 _KVM_FIXED = {"tiny": "configs/kvm/tiny/kvm_fixed256.json", "paper": "configs/kvm/kvm_fixed256.json"}
@@ -103,12 +102,13 @@ GROUPS = {
         notes="FLOP-matched as in the paper: table layers hold no v_proj, so they train on more tokens."),
     "satformer": Group(
         "satformer", "ResFormer (arXiv:2410.17897) and SATFormer (arXiv:2605.03953)",
-        (Variant("baseline", _SATFORMER["valuearch"], {"model_type": "valuearch"}),
-         Variant("resformer", _SATFORMER["resformer"], {"model_type": "resformer"}),
-         Variant("satformer", _SATFORMER["satformer"])),
+        (Variant("baseline", _SATFORMER, {"model_type": "valuearch"}),
+         Variant("resformer", _SATFORMER, {"model_type": "resformer"}),
+         Variant("satformer", _SATFORMER)),
         flop_matched=False, layer_statistics=("v1_gate_zero_fraction",),
-        notes="Paper scale: SATFormer-small (configs/satformer/satformer_small.json); the baseline and ResFormer "
-              "are that backbone (q/k norm, tied embeddings) with model_type valuearch / resformer."),
+        notes="Every model is the SATFormer backbone and recipe (configs/satformer: satformer_tiny at tiny and small "
+              "scale, satformer_small at paper scale; q/k norm, tied embeddings, AdamW with cosine decay); the "
+              "baseline and ResFormer change only model_type to valuearch / resformer."),
     "rd_attnres": Group(
         "rd_attnres", "Block AttnRes (arXiv:2603.15031) and RD-AttnRes (arXiv:2608.01075)",
         (Variant("standard", _RD, _STANDARD_ROUTING),
