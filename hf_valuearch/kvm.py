@@ -80,6 +80,8 @@ class KVMMixer(nn.Module):
     and the attention input x [B, T, hidden] for the merge gate; returns [B, T, H, D].
     """
 
+    no_attention_weights = "KVM layers attend over a compressed state and have no per-token attention weights"
+
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
