@@ -27,6 +27,7 @@ from ..training.accounting import flops_per_token, parameter_split
 from ..training.data import HeldOutBlocks, PackedStream, training_texts
 from .groups import GROUPS, REPO, SCALES, Group, Scale, Variant
 from . import long_context
+from .core_score import available_core_tasks, core_score
 from .long_context import loss_by_length, niah_by_length
 from .report import write_report
 from .statistics import mean_and_spread, paired_differences
@@ -134,12 +135,12 @@ def layer_diagnostics(model, blocks: torch.Tensor, statistics: tuple[str, ...]) 
 
 
 def aggregate(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict]:
-    """Per variant: mean ± spread over seeds of "eval_loss" and "eval_bpb", and paired differences per seed against
-    `baseline`. `runs[variant][seed]` holds the run's metrics; a metric absent from any run is left out."""
+    """Per variant: mean ± spread over seeds of "eval_loss", "eval_bpb" and (where measured) "core", and paired
+    differences per seed against `baseline`. `runs[variant][seed]` holds the run's metrics; a metric absent from any run is left out."""
     summary = {}
     for name, seeds in runs.items():
         entry = {}
-        for metric in ("eval_loss", "eval_bpb"):
+        for metric in ("eval_loss", "eval_bpb", "core"):
             if not all(run.get(metric) is not None for run in [*seeds.values(), *runs[baseline].values()]):
                 continue
             values = {seed: run[metric] for seed, run in seeds.items()}
@@ -167,9 +168,10 @@ def long_context_summary(runs: dict[str, dict[int, dict]]) -> dict[str, dict]:
 
 
 def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tiny", seeds: int = 3,
-              output_dir: str = "reproduction", max_steps: int | None = None) -> dict:
+              output_dir: str = "reproduction", max_steps: int | None = None, core_data: str | None = None) -> dict:
     """Train every model of a group for every seed (resuming), then write results.md, results.json and the PNGs
-    into `output_dir/group_name`; returns the results."""
+    into `output_dir/group_name`; returns the results. With `core_data` (a folder of DCLM CORE files) every final
+    model is also scored on CORE (finished runs too: the score can be added later)."""
     if group_name not in GROUPS:
         raise ValueError(f"unknown group {group_name!r}; allowed: {sorted(GROUPS)} or 'all'")
     if scale_name not in SCALES:
@@ -178,6 +180,8 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
         raise ValueError(f"--seeds {seeds!r} is invalid: expected an integer >= 1")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"--max_steps {max_steps!r} is invalid: expected an integer >= 1")
+    if core_data is not None:
+        available_core_tasks(core_data)  # a folder without CORE files fails before any training
     group, scale = GROUPS[group_name], SCALES[scale_name]
     group_dir = Path(output_dir) / group.name
     block_size, batch_size, baseline_budget = run_plan(group, scale)
@@ -232,6 +236,8 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
             }
             if loss_lengths:
                 runs[name][seed]["loss_by_length"] = loss_by_length(model, corpus, tokenizer, block_size, loss_lengths)
+            if core_data is not None:
+                runs[name][seed]["core"] = core_score(run_dir / "final", run_dir / "core", core_data)
             if niah_lengths:
                 runs[name][seed]["niah_by_length"] = niah_by_length(run_dir / "final", run_dir / "niah", niah_lengths)
         variants[name] = {"config": str(written[name].relative_to(group_dir)), "flops_per_token": per_token[name],

@@ -33,6 +33,7 @@ def _mean_layers(seeds: dict[int, dict], statistic: str) -> dict[int, float]:
 
 def results_markdown(results: dict) -> str:
     baseline, summary = results["baseline"], results["summary"]
+    with_core = all("core" in entry for entry in summary.values())
     lines = [
         f"# {results['paper']}: `{results['group']}` at `{results['scale']}` scale", "",
         f"Corpus: {results['corpus'] or 'the embedded default corpus'}; one BPE tokenizer of {results['vocab_size']} "
@@ -41,8 +42,8 @@ def results_markdown(results: dict) -> str:
         "Values are mean ± sample standard deviation over seeds; differences are paired per seed (variant − baseline), "
         "per-seed values in brackets.", "",
         "| model | parameters (dense / table / routing) | tokens | FLOPs | val loss | bits per byte | "
-        "Δ loss vs baseline | Δ bits per byte vs baseline |",
-        "|---|---|---|---|---|---|---|---|",
+        "Δ loss vs baseline | Δ bits per byte vs baseline |" + (" CORE | Δ CORE vs baseline |" if with_core else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if with_core else ""),
     ]
     for name, variant in results["variants"].items():
         seeds = results["runs"][name]
@@ -52,7 +53,8 @@ def results_markdown(results: dict) -> str:
         entry = summary[name]
         lines.append(f"| {name} | {parameters} | {tokens:.3g} | {flops:.3g} | {format_spread(entry.get('eval_loss'))} | "
                      f"{format_spread(entry.get('eval_bpb'))} | {_difference(entry, 'eval_loss')} | "
-                     f"{_difference(entry, 'eval_bpb')} |")
+                     f"{_difference(entry, 'eval_bpb')} |"
+                     + (f" {format_spread(entry['core'])} | {_difference(entry, 'core')} |" if with_core else ""))
     statistics = sorted({statistic for seeds in results["runs"].values() for run in seeds.values()
                          for statistic in run["layers"]})
     for statistic in statistics:
