@@ -115,36 +115,80 @@ class KVMCacheLayer(CacheLayerMixin):
 # (why `mixer_types` and not transformers' `layer_types`: see the field in configuration_valuearch.py)
 
 
+TOKEN_ID_BYTES = 8  # table layers cache int64 token ids
+
+
+def _attention_bytes(config, layer_idx: int, dtype: torch.dtype, tokens: int) -> int:
+    """Keys and values of `tokens` positions; a table layer (BoV) keeps an int64 token id instead of its
+    H_kv * head_dim values."""
+    kv_width = config.num_key_value_heads * config.head_dim * torch.empty((), dtype=dtype).element_size()
+    return tokens * (kv_width + (TOKEN_ID_BYTES if caches_token_ids(config, layer_idx) else kv_width))
+
+
+def attention_cache_bytes(config, layer_idx: int, dtype: torch.dtype, context_length: int) -> int:
+    """Full attention keeps every position."""
+    return _attention_bytes(config, layer_idx, dtype, context_length)
+
+
+def sliding_attention_cache_bytes(config, layer_idx: int, dtype: torch.dtype, context_length: int) -> int:
+    """Sliding-window attention keeps the last sliding_window - 1 positions."""
+    return _attention_bytes(config, layer_idx, dtype, min(context_length, config.sliding_window - 1))
+
+
+def kvm_cache_bytes(config, layer_idx: int, dtype: torch.dtype, context_length: int) -> int:
+    """H_kv * (2 * head_dim + 1) values (keys, values and one radius or merge gate) per state slot in float32 and
+    per window token in `dtype`, slots and window from the layer's schedule."""
+    with torch.device("meta"):
+        slots, window_tokens = KVMMixer(config, layer_idx).cache_size(context_length)
+    element = torch.empty((), dtype=dtype).element_size()
+    return (slots * 4 + window_tokens * element) * config.num_key_value_heads * (2 * config.head_dim + 1)
+
+
 @dataclass(frozen=True)
 class SequenceMixer:
     """What one value of `config.mixer_types` gives a decoder layer.
 
     mask: (config, inputs_embeds, attention_mask, cache, position_ids) -> the mask its layers read, built once
         per forward for every mixer present (transformers' mask functions have this signature).
-    cache_layer: (config, layer_idx) -> a new generation-cache layer for such a layer.
+    cache_layer: (config, layer_idx) -> a new generation-cache layer for such a layer. A layer that keeps more
+        than keys and values reports its bytes with `nbytes()`; one that cannot be cropped back (assisted
+        decoding) sets `is_croppable = False` and may say why in `not_croppable`.
+    cache_bytes: (config, layer_idx, dtype, context_length) -> bytes its cache layer holds for one sequence.
     module: None to attend through transformers' attention interface (eager, sdpa, flash, flex); or a module
         class built as module(config, layer_idx) that replaces it, called with q [B, H, T, D], k, v [B, H_kv, T, D]
         (after q/k norm and RoPE), the attention input [B, T, hidden], the mask and the cache, returning
-        [B, T, H, D]; it reads and writes its own cache layer.
+        [B, T, H, D]; it reads and writes its own cache layer (so needs a `ValueArchCache`) and returns no
+        per-token attention weights.
+    sliding_window: the attention interface attends the last `config.sliding_window` keys (transformers'
+        `sliding_window` argument); only for mixers without a module.
+    cache_grows_linearly: its cache gains the same bytes with every token (False: bounded or sublinear), what
+        `cache_bytes_per_token` counts for a long sequence.
     compiles_fullgraph: whether a forward through such layers traces in one graph (torch.compile(fullgraph=True),
         torch.export); a model claims `_can_compile_fullgraph` only if all its mixers do.
     """
 
     mask: Callable
     cache_layer: Callable[..., CacheLayerMixin]
+    cache_bytes: Callable[..., int]
     module: type[nn.Module] | None = None
+    sliding_window: bool = False
+    cache_grows_linearly: bool = True
     compiles_fullgraph: bool = True
 
 
-# mixer name -> declaration; configuration_valuearch.MIXER_TYPES lists the same names for config validation.
+# mixer name -> declaration; the names are the allowed values of `config.mixer_types`.
 SEQUENCE_MIXERS: dict[str, SequenceMixer] = {
-    "full_attention": SequenceMixer(mask=create_causal_mask, cache_layer=attention_cache_layer),
+    "full_attention": SequenceMixer(mask=create_causal_mask, cache_layer=attention_cache_layer,
+                                    cache_bytes=attention_cache_bytes),
     "sliding_attention": SequenceMixer(mask=create_sliding_window_causal_mask,
-                                       cache_layer=sliding_attention_cache_layer),
+                                       cache_layer=sliding_attention_cache_layer,
+                                       cache_bytes=sliding_attention_cache_bytes, sliding_window=True,
+                                       cache_grows_linearly=False),
     # Key-Value Means (kvm.py): window buffers and compressed state, whatever the value path
     # unpadded batches trace in one graph; padded ones run each sequence on its own tokens (a data-dependent split)
     "kvm": SequenceMixer(mask=kvm_padding_mask, cache_layer=lambda config, layer_idx: KVMCacheLayer(),
-                         module=KVMMixer, compiles_fullgraph=False),
+                         cache_bytes=kvm_cache_bytes, module=KVMMixer, cache_grows_linearly=False,
+                         compiles_fullgraph=False),
 }
 
 
@@ -177,22 +221,21 @@ class ValueArchCache(Cache):
         self.smear_inputs = DynamicLayer() if config.smear_gate else None
         self.token_shift_inputs = [{} for _ in range(config.num_hidden_layers)] if config.token_shift else None
 
-    def _cached_tensors(self):
-        layers = self.layers if self.smear_inputs is None else [*self.layers, self.smear_inputs]
-        for layer in layers:
-            if not isinstance(layer, KVMCacheLayer):
-                yield from (t for t in (layer.keys, layer.values) if t is not None)
-        for stored in self.token_shift_inputs or ():
-            yield from stored.values()
-
     def _map_token_shift_inputs(self, function):
         for stored in self.token_shift_inputs or ():
             stored.update({name: function(tensor) for name, tensor in stored.items()})
 
     def nbytes(self) -> int:
-        """Bytes of the tensors every layer (and the smear inputs) holds (what `cache_bytes` predicts)."""
-        return (sum(layer.nbytes() for layer in self.layers if isinstance(layer, KVMCacheLayer))
-                + sum(t.numel() * t.element_size() for t in self._cached_tensors()))
+        """Bytes of the tensors every layer (and the smear and token-shift inputs) holds (what `cache_bytes`
+        predicts)."""
+        layers = self.layers if self.smear_inputs is None else [*self.layers, self.smear_inputs]
+        shift_inputs = [t for stored in self.token_shift_inputs or () for t in stored.values()]
+        return (sum(cache_layer_nbytes(layer) for layer in layers)
+                + sum(t.numel() * t.element_size() for t in shift_inputs))
+
+    def first_uncroppable_layer(self) -> CacheLayerMixin | None:
+        """A layer that `crop` cannot put back (assisted decoding needs all to be croppable), or None."""
+        return next((layer for layer in self.layers if not layer.is_croppable), None)
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
         super().reorder_cache(beam_idx)
@@ -220,14 +263,23 @@ class ValueArchCache(Cache):
         self._map_token_shift_inputs(lambda tensor: tensor[indices])
 
 
+def cache_layer_nbytes(layer: CacheLayerMixin) -> int:
+    """Bytes one cache layer holds: its own count where it has one (KVM state), else its keys and values."""
+    if hasattr(layer, "nbytes"):
+        return layer.nbytes()
+    return sum(t.numel() * t.element_size() for t in (layer.keys, layer.values) if t is not None)
+
+
 def check_cache(config, cache) -> None:
-    """Raise ValueError if `cache` cannot serve the layers of `config`: KVM and BoV table layers keep what only their
-    `ValueArchCache` layers hold (a state; token ids instead of values); other layers also take transformers' caches."""
+    """Raise ValueError if `cache` cannot serve the layers of `config`: layers whose mixer has its own module (KVM)
+    or that cache token ids (BoV table layers) keep what only their `ValueArchCache` layers hold (a state; token ids
+    instead of values); other layers also take transformers' caches."""
     if cache is None or isinstance(cache, ValueArchCache):
         return
-    own_layers = [i for i, mixer in enumerate(config.mixer_types) if mixer == "kvm" or caches_token_ids(config, i)]
+    own_layers = [i for i, mixer in enumerate(config.mixer_types)
+                  if SEQUENCE_MIXERS[mixer].module is not None or caches_token_ids(config, i)]
     if own_layers or config.smear_gate or config.token_shift:
-        needs = (f"layers {own_layers} (KVM state / BoV token ids)" if own_layers
+        needs = (f"layers {own_layers} (a mixer's own state / BoV token ids)" if own_layers
                  else "smear_gate (smear inputs)" if config.smear_gate else "token_shift (last inputs)")
         raise ValueError(
             f"{needs} need a ValueArchCache, got {type(cache).__name__}; "
@@ -235,27 +287,10 @@ def check_cache(config, cache) -> None:
         )
 
 
-TOKEN_ID_BYTES = 8  # table layers cache int64 token ids
-
-
 def cache_layer_bytes(config, layer_idx: int, dtype: torch.dtype, context_length: int) -> int:
-    """Bytes the cache of layer `layer_idx` holds for one sequence after `context_length` tokens.
-
-    full / sliding attention: tokens kept (all, or the last sliding_window - 1) * (keys + values), where a table
-    layer (BoV) keeps an int64 token id instead of H_kv * head_dim values; KVM: H_kv * (2 * head_dim + 1) values
-    (keys, values and one radius or merge gate) per state slot in float32 and per window token in `dtype`, slots
-    and window from its schedule.
-    """
-    element = torch.empty((), dtype=dtype).element_size()
-    kv_width = config.num_key_value_heads * config.head_dim
-    mixer = config.mixer_types[layer_idx]
-    if mixer == "kvm":
-        with torch.device("meta"):
-            slots, window_tokens = KVMMixer(config, layer_idx).cache_size(context_length)
-        return (slots * 4 + window_tokens * element) * config.num_key_value_heads * (2 * config.head_dim + 1)
-    tokens = min(context_length, config.sliding_window - 1) if mixer == "sliding_attention" else context_length
-    value_bytes = TOKEN_ID_BYTES if caches_token_ids(config, layer_idx) else kv_width * element
-    return tokens * (kv_width * element + value_bytes)
+    """Bytes the cache of layer `layer_idx` holds for one sequence after `context_length` tokens (its mixer's
+    `cache_bytes`)."""
+    return SEQUENCE_MIXERS[config.mixer_types[layer_idx]].cache_bytes(config, layer_idx, dtype, context_length)
 
 
 def cache_bytes(config, dtype: torch.dtype, context_length: int, batch_size: int = 1) -> int:
@@ -285,8 +320,8 @@ def cache_bytes_per_token(config, dtype: torch.dtype, context_length: int | None
     """Generation-cache bytes per token of one sequence.
 
     With `context_length`: cache_bytes / context_length at that length. Without: the growth per token of a long
-    sequence, i.e. only the full-attention layers count (sliding-window and KVM caches are bounded or grow
-    sublinearly). Standard decoder: 2 * layers * H_kv * head_dim * element size; each BoV table layer stores an
+    sequence, i.e. only layers whose mixer's cache grows linearly count (full attention; sliding-window and KVM
+    caches are bounded or grow sublinearly). Standard decoder: 2 * layers * H_kv * head_dim * element size; each BoV table layer stores an
     int64 token id instead of its H_kv * head_dim values.
     """
     if context_length is not None:
@@ -296,4 +331,4 @@ def cache_bytes_per_token(config, dtype: torch.dtype, context_length: int | None
         return cache_bytes(config, dtype, context_length) / context_length
     return float(smear_bytes_per_token(config, dtype)
                  + sum(cache_layer_bytes(config, i, dtype, 1) for i in range(config.num_hidden_layers)
-                       if config.mixer_types[i] == "full_attention"))
+                       if SEQUENCE_MIXERS[config.mixer_types[i]].cache_grows_linearly))

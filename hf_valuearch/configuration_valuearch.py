@@ -20,6 +20,7 @@ import math
 
 from transformers.configuration_utils import PreTrainedConfig
 
+from .cache_valuearch import SEQUENCE_MIXERS
 from .presets import PRESETS, Preset
 
 # --- allowed values of each axis ------------------------------------------------------------------
@@ -29,7 +30,6 @@ VALUE_COEFFICIENTS = ("fixed", "learnable")
 VALUE_LAYER_SETS = ("all", "every_other", "last_third")
 DEPTH_ROUTINGS = ("standard", "block_attnres", "rd_attnres")
 VALUE_ROUTES = ("learned", "tied", "average", "frozen")  # RD-AttnRes V-route query (depth_routing.py)
-MIXER_TYPES = ("full_attention", "sliding_attention", "kvm")  # declared in cache_valuearch.SEQUENCE_MIXERS
 KVM_STATE_SCHEDULES = ("fixed", "power_law", "saturating")
 NORM_TYPES = ("rmsnorm", "layernorm")
 QK_NORMS = ("none", "rmsnorm", "layernorm")
@@ -301,14 +301,15 @@ class ValueArchConfig(PreTrainedConfig):
 
         if not isinstance(self.mixer_types, (list, tuple)) or len(self.mixer_types) != self.num_hidden_layers:
             _fail("mixer_types", self.mixer_types,
-                  f"expected a list of {self.num_hidden_layers} entries (one per layer) from {list(MIXER_TYPES)}")
+                  f"expected a list of {self.num_hidden_layers} entries (one per layer) from {list(SEQUENCE_MIXERS)}")
         self.mixer_types = list(self.mixer_types)
         for mixer in self.mixer_types:
-            _check_choice("mixer_types", mixer, MIXER_TYPES)
-        if "sliding_attention" in self.mixer_types:
+            _check_choice("mixer_types", mixer, tuple(SEQUENCE_MIXERS))
+        windowed = sorted(name for name, mixer in SEQUENCE_MIXERS.items() if mixer.sliding_window)
+        if any(mixer in windowed for mixer in self.mixer_types):
             _check_int("sliding_window", self.sliding_window)
         elif self.sliding_window is not None:
-            _fail("sliding_window", self.sliding_window, "must be None unless a layer is 'sliding_attention'")
+            _fail("sliding_window", self.sliding_window, f"must be None unless a layer is one of {windowed}")
         if "kvm" in self.mixer_types:
             self.validate_kvm()
 

@@ -94,7 +94,7 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
             mixed.addcmul_(weight_j, v)
         mixed_mean_square = torch.linalg.vector_norm(mixed, dim=-1, keepdim=True).square() / hidden_size
         mixed_rstd = torch.rsqrt(mixed_mean_square + norm_eps)  # r [k, B, T, 1]
-        normalised = (mixed * mixed_rstd).to(out_dtype)  # m r  [k, B, T, D]
+        normalised = mixed.mul_(mixed_rstd).to(out_dtype)  # m r  [k, B, T, D]
         outputs = [norm_weight * normalised_q for normalised_q in normalised]
         ctx.save_for_backward(queries, norm_weight, alpha, dots, rstd, mixed_rstd, normalised, *values)
         ctx.average_mixtures = average_mixtures
@@ -117,7 +117,8 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
             torch.mul(grad_q, weight, out=grad_mixed[q])
             grad_mixed[q].addcmul_(normalised_q, projection, value=-1).mul_(mixed_rstd[q])
         # through the mixing weights: u_jo = <dm_o, v_j> = dL/dβ_jo; dL/dα_jq = u_jq, or u_j / k for the mean
-        u = torch.stack([(grad_mixed * v).sum(-1) for v in values]).permute(0, 2, 3, 1)  # [n, B, T, k_out]
+        products = torch.empty_like(grad_mixed)  # dm_o ⊙ v_j, one buffer for every source
+        u = torch.stack([torch.mul(grad_mixed, v, out=products).sum(-1) for v in values]).permute(0, 2, 3, 1)
         weights = alpha.mean(-1, keepdim=True) if ctx.average_mixtures else alpha  # β [n, B, T, k_out]
         grad_alpha = u / alpha.shape[-1] if ctx.average_mixtures else u  # [n, B, T, k] (broadcast)
         # through the depth softmax: d logit_jq = α_jq (g_jq - Σ_i α_iq g_iq)
@@ -127,7 +128,7 @@ class _DepthSoftmaxMixNorm(torch.autograd.Function):
         norm_coefficient = -(grad_logits * dots).sum(-1, keepdim=True) * rstd.pow(3) / hidden_size  # [n, B, T, 1]
         grad_values = []
         for weight_j, grad_dots_j, coefficient_j, v in zip(weights, grad_dots, norm_coefficient, values):
-            grad_v = torch.addcmul(grad_dots_j @ queries, coefficient_j, v)  # [B, T, D]
+            grad_v = (grad_dots_j @ queries).addcmul_(coefficient_j, v)  # [B, T, D]
             for o in range(len(grad_mixed)):
                 grad_v.addcmul_(weight_j[..., o : o + 1], grad_mixed[o])  # + β_jo dm_o
             grad_values.append(grad_v.to(v.dtype))

@@ -59,6 +59,15 @@ class KVMState:
         return replace(self, **{f.name: getattr(self, f.name).index_select(0, index)
                                 for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)})
 
+    def without_spare_buffer(self) -> KVMState:
+        """This state with its window copied out of the buffer it is a view of when that buffer is more than twice
+        its size (after a long prefill, every key of the prompt), so that a cache holds only the window."""
+        def own(window: torch.Tensor) -> torch.Tensor:
+            return window.clone() if window.untyped_storage().nbytes() > 2 * window.nbytes else window
+
+        return replace(self, window_keys=own(self.window_keys), window_values=own(self.window_values),
+                       window_gates=own(self.window_gates))
+
     @property
     def num_slots(self) -> int:
         return self.state_keys.shape[2]
@@ -79,6 +88,8 @@ class KVMMixer(nn.Module):
     Called by `ValueArchAttention` with q [B, H, T, D] and k, v [B, H_kv, T, D] after q/k norm and RoPE,
     and the attention input x [B, T, hidden] for the merge gate; returns [B, T, H, D].
     """
+
+    no_attention_weights = "KVM layers attend over a compressed state and have no per-token attention weights"
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -225,26 +236,26 @@ class KVMMixer(nn.Module):
 
         queries [B, H, Tq, D]; window_keys/values [B, H_kv, W, D]; returns [B, H, Tq, D].
         """
-        keys, values = window_keys, window_values
-        num_state = 0
+        groups = self.num_key_value_groups
+        keys, values = repeat_kv(window_keys, groups), repeat_kv(window_values, groups)  # [B, H, W, D]
+        if self.window_temperature is not None:
+            keys = keys * self.window_temperature[None, :, None, None]
         if state is not None:
-            num_state = state.num_slots
-            state_keys = self.normed_state_keys(state.state_keys).to(keys.dtype)  # K^ = LN_s(S_k)
+            state_keys = repeat_kv(self.normed_state_keys(state.state_keys).to(keys.dtype), groups)  # K^ = LN_s(S_k)
+            if self.state_temperature is not None:
+                state_keys = state_keys * self.state_temperature[None, :, None, None]
             if self.readout_radius:  # V^ = r * S_v / |S_v|
                 state_values = F.normalize(state.state_values, dim=-1) * state.state_radius
             else:  # V^ = S_v / n
                 state_values = state.state_values / state.state_radius
             if self.readout_dtype is not None:  # rounded as the readout of the checkpoint's training code was
                 state_values = state_values.to(self.readout_dtype)
-            state_values = state_values.to(values.dtype)
-            keys = torch.cat((state_keys, keys), dim=2)
+            state_values = repeat_kv(state_values.to(values.dtype), groups)
+            keys = torch.cat((state_keys, keys), dim=2)  # [B, H, M + W, D]
             values = torch.cat((state_values, values), dim=2)
-        keys, values = repeat_kv(keys, self.num_key_value_groups), repeat_kv(values, self.num_key_value_groups)
-        if self.state_temperature is not None:
-            temperature = torch.cat((self.state_temperature[:, None].expand(-1, num_state),
-                                     self.window_temperature[:, None].expand(-1, window_keys.shape[2])), dim=1)
-            keys = keys * temperature[None, :, :, None]  # [1, H, M + W, 1]
-        mask = lower_right_causal_mask(queries.shape[2], keys.shape[2], queries.device)
+        if queries.shape[2] == keys.shape[2]:  # the queries are all the keys: plain causal attention
+            return F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=self.scaling)
+        mask = lower_right_causal_mask(queries.shape[2], keys.shape[2], queries.device, queries.dtype)
         return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scaling)
 
     def extend(self, state: KVMState, queries, keys, values, gates, row_ends: list[int] | None = None):
@@ -261,7 +272,7 @@ class KVMMixer(nn.Module):
         chunk = self.chunk_size
         start, end = state.seen, state.seen + queries.shape[2]
         base = start - state.window_keys.shape[2]  # absolute index of the first buffered token
-        buffers = tuple(torch.cat((old, new), dim=2) for old, new in
+        buffers = tuple(torch.cat((old, new), dim=2) if old.shape[2] else new for old, new in
                         ((state.window_keys, keys), (state.window_values, values), (state.window_gates, gates)))
         all_keys, all_values, all_gates = buffers
         row_states = {}  # row -> its state, taken when the query loop reaches the row's end
@@ -273,7 +284,9 @@ class KVMMixer(nn.Module):
                     row_states[row] = self.keep_window(row_state, buffers, base, seen, row)
 
         take_row_states(state, start)
-        outputs = []
+        batch, heads, length, head_dim = queries.shape
+        # [B, H, T, D], stored as [B, T, H, D]: the layout the attention layer reads, so that no copy follows
+        output = queries.new_empty(batch, length, heads, head_dim).transpose(1, 2)
         query_start = start
         while query_start < end:
             query_end = min(end, (query_start // chunk + 1) * chunk,
@@ -293,12 +306,11 @@ class KVMMixer(nn.Module):
                                           left_window=state.covered + chunk)
                 state = replace(state, covered=state.covered + chunk)
             window = slice(window_start - base, query_end - base)
-            outputs.append(self.attend(queries[:, :, query_start - start: query_end - start],
-                                       all_keys[:, :, window], all_values[:, :, window],
-                                       state if window_start > 0 else None))
+            output[:, :, query_start - start: query_end - start] = self.attend(
+                queries[:, :, query_start - start: query_end - start], all_keys[:, :, window], all_values[:, :, window],
+                state if window_start > 0 else None)
             take_row_states(state, query_end)
             query_start = query_end
-        output = torch.cat(outputs, dim=2) if outputs else queries.new_zeros(queries.shape)
         if row_ends is not None:
             return output, [row_states[row] for row in range(keys.shape[0])]
         return output, self.keep_window(state, buffers, base, end)
@@ -347,7 +359,7 @@ class KVMMixer(nn.Module):
                     states[row], *(x[row: row + 1, :, tokens] for x in (queries, keys, values, gates)))
                 output[row: row + 1, :, tokens] = row_output
         if layer_cache is not None:
-            layer_cache.states = states
+            layer_cache.states = [state.without_spare_buffer() for state in states]
             layer_cache.length += queries.shape[2]
         self.last_states = [(s.num_slots, s.window_keys.shape[2], s.covered) for s in states]
         return output.transpose(1, 2)
@@ -368,11 +380,13 @@ class KVMMixer(nn.Module):
 
 
 @functools.lru_cache(maxsize=16)
-def lower_right_causal_mask(num_queries: int, num_keys: int, device: torch.device) -> torch.Tensor:
-    """[Tq, L] bool: key j is visible to query i iff j <= i + (L - Tq) (the queries are the last Tq keys)."""
+def lower_right_causal_mask(num_queries: int, num_keys: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[Tq, L] additive mask in `dtype`: 0 where key j is visible to query i, j <= i + (L - Tq) (the queries are
+    the last Tq keys), -inf elsewhere (what SDPA would turn a boolean mask into on every call)."""
     query_index = torch.arange(num_queries, device=device)[:, None]
     key_index = torch.arange(num_keys, device=device)[None, :]
-    return key_index <= query_index + (num_keys - num_queries)
+    visible = key_index <= query_index + (num_keys - num_queries)
+    return torch.zeros(visible.shape, device=device, dtype=dtype).masked_fill_(~visible, float("-inf"))
 
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .cache_valuearch import SEQUENCE_MIXERS, KVMCacheLayer, ValueArchCache, check_cache
+from .cache_valuearch import SEQUENCE_MIXERS, ValueArchCache, check_cache
 from .compat import CACHE_OUTPUT_FIELD, pop_cache
 from .configuration_valuearch import CONFIG_CLASSES, ValueArchConfig
 from .depth_routing import build_layer_router, build_readout
@@ -205,8 +205,8 @@ class ValueArchRotaryEmbedding(nn.Module):
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -215,6 +215,8 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     rotary_dim = cos.shape[-1]
 
     def rotate(x):
+        if rotary_dim == x.shape[-1]:  # full RoPE: nothing passes through
+            return (x * cos) + (rotate_half(x) * sin)
         x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
         return torch.cat(((x_rot * cos) + (rotate_half(x_rot) * sin), x_pass), dim=-1)
 
@@ -279,7 +281,7 @@ class ValueArchAttention(nn.Module):
         self.attention_dropout = config.attention_dropout
         self.is_causal = True
         self.mixer_type = config.mixer_types[layer_idx]
-        self.sliding_window = config.sliding_window if self.mixer_type == "sliding_attention" else None
+        self.sliding_window = config.sliding_window if SEQUENCE_MIXERS[self.mixer_type].sliding_window else None
 
         q_dim, kv_dim = config.num_attention_heads * self.head_dim, config.num_key_value_heads * self.head_dim
         self.q_proj = nn.Linear(config.hidden_size, q_dim, bias=config.attention_bias)
@@ -526,9 +528,12 @@ class ValueArchModel(ValueArchPreTrainedModel):
                 )
             inputs_embeds = self.embed_tokens(input_ids)
 
-        if kwargs.get("output_attentions", self.config.output_attentions) and "kvm" in self.config.mixer_types:
-            raise ValueError("output_attentions=True: KVM layers attend over a compressed state and have no "
-                             "per-token attention weights to return; call without output_attentions.")
+        if kwargs.get("output_attentions", self.config.output_attentions):
+            for mixer in dict.fromkeys(self.config.mixer_types):
+                module = SEQUENCE_MIXERS[mixer].module  # a mixer's own module returns no attention weights
+                if module is not None:
+                    reason = getattr(module, "no_attention_weights", f"{mixer!r} layers return no attention weights")
+                    raise ValueError(f"output_attentions=True: {reason} to return; call without output_attentions.")
         check_cache(self.config, cache)
         if use_cache and cache is None:
             cache = ValueArchCache(self.config)
@@ -586,15 +591,18 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, generation_mode,
                                       batch_size: int, max_cache_length: int) -> None:
         """`generate`'s hook for building the cache: ours is a `ValueArchCache` (per-layer cache classes that
-        `DynamicCache` cannot express), croppable for assisted decoding except in KVM layers."""
+        `DynamicCache` cannot express); assisted decoding needs every layer croppable (KVM layers are not)."""
         implementation = generation_config.cache_implementation
         if implementation not in (None, "dynamic"):
             raise ValueError(
                 f"cache_implementation={implementation!r} is not supported by {type(self).__name__}: it generates "
                 "with its own ValueArchCache (per-layer cache classes); leave cache_implementation unset."
             )
-        if generation_mode == GenerationMode.ASSISTED_GENERATION and "kvm" in self.config.mixer_types:
-            raise ValueError(KVMCacheLayer.not_croppable)
+        if generation_mode == GenerationMode.ASSISTED_GENERATION:
+            layer = ValueArchCache(self.config).first_uncroppable_layer()
+            if layer is not None:
+                raise ValueError(getattr(layer, "not_croppable", f"{type(layer).__name__} cannot be cropped, which "
+                                         "assisted decoding needs; use greedy search, sampling or beam search."))
         if generation_mode == GenerationMode.ASSISTED_GENERATION and self.config.token_shift:
             raise ValueError(ValueArchCache.not_croppable_with_token_shift)
         if model_kwargs.get(CACHE_OUTPUT_FIELD) is not None or generation_config.use_cache is False:

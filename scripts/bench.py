@@ -1,6 +1,7 @@
 """Side-by-side benchmarks against transformers' LlamaForCausalLM of the same dimensions.
 
     python scripts/bench.py [SUITE ...] [--quick] [--output OUT.json] [--threads N] [--device cpu|cuda] [--compile]
+                            [--clock wall|cpu]
 
 Suites (all of them when none is named):
   training    training tokens/s (forward + backward + AdamW step) of every model type
@@ -16,7 +17,9 @@ medians and of their ratios to Llama (and to the parent architecture, where one 
 issue 13 with their measured ratios. `--output` writes the raw medians and every ratio as JSON. `--quick` uses
 small sizes (a few minutes on 2 CPU cores); on CUDA the models run in bfloat16. `--profile` adds the top
 operators by share of self time (torch.profiler) for every training candidate: the first place to look when a
-ratio is off. `--compile` adds a torch.compile'd copy of each training candidate (compiled vs eager).
+ratio is off. `--compile` adds a torch.compile'd copy of each training candidate, "NAME (compiled)", whose ratio
+to parent is compiled / eager. `--clock cpu` times with this process's CPU time instead of wall time, so that
+other processes on a shared machine barely move the ratios (with `--threads 1`, where CPU time is compute time).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ LAZY_BOV = "bov, lazy_adamw tables"  # BoV with table_optimizer="lazy_adamw" (tr
 # the architecture each candidate modifies (its ratio "to parent"); the standard decoder's parent is Llama
 PARENTS = {"bov": "valuearch", "resformer": "valuearch", "satformer": "valuearch", "attnres": "valuearch",
            "rd_attnres": "attnres", "kvm": "valuearch", KVM: FULL, LAZY_BOV: "bov"}
+COMPILED = " (compiled)"  # suffix of a torch.compile'd training candidate; its parent is the eager candidate
 # The issue-13 measurement backbone: d256, 6 layers, vocab 8192, 4 heads of 64.
 BACKBONE = dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=6, num_attention_heads=4,
                 num_key_value_heads=4, max_position_embeddings=32768)
@@ -61,22 +65,29 @@ def suite(name: str):
     return register
 
 
-def time_side_by_side(candidates: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1,
-                      device: str = "cpu") -> dict[str, float]:
-    """Median wall time in seconds of each zero-argument callable, measured in alternation (A, B, C, then
-    C, B, A, ...)."""
+def time_side_by_side(candidates: dict[str, Callable[[], object]], args, repeats: int | None = None,
+                      warmup: int = 1, min_seconds: float = 1.0, max_rounds: int = 51) -> dict[str, float]:
+    """Median time in seconds of each zero-argument callable, measured in alternation (A, B, C, then
+    C, B, A, ...), on the clock `args.clock`: wall time, or this process's CPU time ("cpu": the time other
+    processes take on a shared machine is not counted). `args.repeats` rounds unless `repeats` says otherwise,
+    and more for fast callables: enough for about `min_seconds` of the slowest one (at most `max_rounds`)."""
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    slowest = 0.0
     for fn in candidates.values():
         for _ in range(warmup):
+            start = clock()
             fn()
+            slowest = max(slowest, clock() - start)
+    rounds = max(repeats or args.repeats, min(max_rounds, int(min_seconds / max(slowest, 1e-9))))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    for round_idx in range(repeats):
+    for round_idx in range(rounds):
         order = list(candidates) if round_idx % 2 == 0 else list(reversed(candidates))  # no favoured position
         for name in order:
-            synchronize(device)
-            start = time.perf_counter()
+            synchronize(args.device)
+            start = clock()
             candidates[name]()
-            synchronize(device)
-            samples[name].append(time.perf_counter() - start)
+            synchronize(args.device)
+            samples[name].append(clock() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
@@ -124,6 +135,14 @@ def row(suite_name: str, candidate: str, metric: str, value: float, unit: str, h
                 higher_is_better=higher_is_better, **extra)
 
 
+def parent_of(candidate: str) -> str:
+    """The candidate a ratio "to parent" compares with: the architecture it modifies, or, for a compiled
+    candidate, the same model in eager mode."""
+    if candidate.endswith(COMPILED):
+        return candidate.removesuffix(COMPILED)
+    return PARENTS.get(candidate, "llama")
+
+
 def add_ratios(rows: list[dict]) -> list[dict]:
     """Per metric: ratio to Llama and to the parent, both as speed/size ratios where higher is better
     (time ratios are inverted: a ratio of 1.1 means 10% faster or smaller)."""
@@ -136,11 +155,11 @@ def add_ratios(rows: list[dict]) -> list[dict]:
         return r["value"] / reference["value"] if r["higher_is_better"] else reference["value"] / r["value"]
 
     for r in rows:
-        if r["unit"] == "x":  # already a ratio (compiled / eager, measured / formula, batch 8 / batch 1)
+        if r["unit"] == "x":  # already a ratio (measured / formula, batch 8 / batch 1)
             r["ratio_to_llama"] = r["ratio_to_parent"] = None
             continue
         r["ratio_to_llama"] = ratio(r, "llama")
-        r["ratio_to_parent"] = ratio(r, PARENTS.get(r["candidate"], "llama")) if r["candidate"] != "llama" else None
+        r["ratio_to_parent"] = ratio(r, parent_of(r["candidate"])) if r["candidate"] != "llama" else None
     return rows
 
 
@@ -163,16 +182,13 @@ def bench_training(args) -> list[dict]:
             compiled = torch.compile(models[name])
             try:
                 training_step(compiled, ids, args.device)()
-                steps[f"{name} (compiled)"] = training_step(compiled, ids, args.device)
+                steps[name + COMPILED] = training_step(compiled, ids, args.device)
             except Exception as error:  # reported, not fatal: compile support differs per model type
                 print(f"torch.compile {name}: unsupported ({type(error).__name__}: {str(error).splitlines()[0]})")
-    seconds = time_side_by_side(steps, repeats=args.repeats, device=args.device)
+    seconds = time_side_by_side(steps, args)
+    # a compiled candidate's ratio to parent is compiled / eager of the same model
     rows = [row("training", name, f"training tokens/s (B{batch}x{length})", batch * length / s, "tokens/s", True)
-            for name, s in seconds.items() if "(compiled)" not in name]
-    for name, s in seconds.items():
-        if "(compiled)" in name:
-            eager = name.replace(" (compiled)", "")
-            rows.append(row("training", eager, "compiled / eager training speed", seconds[eager] / s, "x", True))
+            for name, s in seconds.items()]
     if args.profile:
         for name, step in steps.items():
             print(f"\nop shares, training step of {name}:")
@@ -210,8 +226,7 @@ def bench_inference(args) -> list[dict]:
         ids = torch.randint(3, BACKBONE["vocab_size"], (1, context), device=args.device)
         with torch.no_grad():
             prefill = time_side_by_side(
-                {name: (lambda m=m: m(ids, use_cache=True, logits_to_keep=1)) for name, m in models.items()},
-                repeats=args.repeats, device=args.device)
+                {name: (lambda m=m: m(ids, use_cache=True, logits_to_keep=1)) for name, m in models.items()}, args)
             caches = {name: output_cache(m(ids, use_cache=True, logits_to_keep=1)) for name, m in models.items()}
             token = ids[:, -1:]
 
@@ -219,8 +234,7 @@ def bench_inference(args) -> list[dict]:
                 for _ in range(decode_steps):
                     caches[name] = output_cache(models[name](token, cache=caches[name], use_cache=True))
 
-            decode_time = time_side_by_side({name: (lambda n=name: decode(n)) for name in models},
-                                            repeats=args.repeats, device=args.device)
+            decode_time = time_side_by_side({name: (lambda n=name: decode(n)) for name in models}, args)
         for name in models:
             rows.append(row("inference", name, f"prefill s ({context} tokens)", prefill[name], "s", False))
             rows.append(row("inference", name, f"decode tokens/s ({context} context)",
@@ -237,7 +251,7 @@ def bench_memory(args) -> list[dict]:
     for name in candidates_of(args):
         peaks = json.loads(subprocess.run(
             [sys.executable, __file__, "--memory-child", name, "--device", args.device, "--seed", str(args.seed),
-             *(["--quick"] if args.quick else [])],
+             *(["--quick"] if args.quick else []), *(["--threads", str(args.threads)] if args.threads else [])],
             check=True, capture_output=True, text=True, env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"},
         ).stdout.strip().splitlines()[-1])
         rows.append(row("memory", name, "peak training MiB", peaks["training"] / 2**20, "MiB", False))
@@ -336,7 +350,7 @@ def kvm_layer_prefill(args) -> list[dict]:
             times = time_side_by_side({
                 FULL: lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                 KVM: lambda: mixer(q, k, v, x),
-            }, repeats=args.repeats, device=args.device)
+            }, args)
         for name, seconds in times.items():
             rows.append(row("kvm", name, f"layer prefill s ({length} tokens)", seconds, "s", False))
     return rows
@@ -350,7 +364,7 @@ def kvm_model_prefill(args) -> list[dict]:
         ids = torch.randint(3, 256, (1, length), device=args.device)
         with torch.no_grad():
             times = time_side_by_side({name: (lambda m=m: m(ids, logits_to_keep=1)) for name, m in models.items()},
-                                      repeats=args.repeats, device=args.device)
+                                      args)
         for name, seconds in times.items():
             rows.append(row("kvm", name, f"2-layer model prefill s ({length} tokens)", seconds, "s", False))
     return rows
@@ -370,8 +384,7 @@ def kvm_decode(args) -> list[dict]:
                 for _ in range(steps):
                     caches[name] = output_cache(models[name](token, cache=caches[name], use_cache=True))
 
-            times = time_side_by_side({name: (lambda n=name: decode(n)) for name in models}, repeats=args.repeats,
-                                      device=args.device)
+            times = time_side_by_side({name: (lambda n=name: decode(n)) for name in models}, args)
         for name, seconds in times.items():
             rows.append(row("kvm", name, f"decode tokens/s ({length} context)", steps / seconds, "tokens/s", True))
     return rows
@@ -402,7 +415,7 @@ def kvm_padded_batches(args) -> list[dict]:
     for name, model in models.items():
         candidates[f"{name} batch 8"], candidates[f"{name} batch 1"] = batched(model), one_at_a_time(model)
     with torch.no_grad():
-        times = time_side_by_side(candidates, repeats=max(2, args.repeats // 2), device=args.device)
+        times = time_side_by_side(candidates, args, repeats=max(2, args.repeats // 2))
     rows = []
     for name in models:
         tokens = 8 * new_tokens
@@ -485,7 +498,10 @@ def main(argv=None):
     parser.add_argument("--output", default=None, help="write the medians and ratios as JSON to this file")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per candidate (default 5, quick 3)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per candidate (default 5, quick 3); fast calls get more")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or this process's CPU time (all its threads): other processes on a shared "
+                             "machine do not count; use it with --threads 1 on CPU")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile'd training candidates")
     parser.add_argument("--profile", action="store_true", help="print torch.profiler op shares of training steps")
     parser.add_argument("--seed", type=int, default=0)
@@ -496,6 +512,8 @@ def main(argv=None):
         parser.exit(2, f"bench.py: error: unknown suite(s) {unknown}; available: {sorted(SUITES)}\n")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "bench.py: error: --device cuda, but torch sees no CUDA device\n")
+    if args.clock == "cpu" and args.device == "cuda":
+        parser.exit(2, "bench.py: error: --clock cpu measures host CPU time, not GPU time; use --clock wall with cuda\n")
     if args.threads:
         torch.set_num_threads(args.threads)
     args.dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
@@ -512,11 +530,12 @@ def main(argv=None):
         rows += suite_rows
     target_rows = targets(rows)
     print(f"\ndevice {args.device} ({args.dtype}), threads {torch.get_num_threads()}, "
-          f"{'quick' if args.quick else 'full'} sizes, median of {args.repeats} alternating rounds\n")
+          f"{'quick' if args.quick else 'full'} sizes, median of {args.repeats} or more alternating rounds "
+          f"(fast calls: about 1 s of the slowest, at most 51 rounds) of {args.clock} time\n")
     print(markdown(rows, target_rows))
     if args.output:
         settings = dict(device=args.device, dtype=str(args.dtype), threads=torch.get_num_threads(), quick=args.quick,
-                        repeats=args.repeats, compile=args.compile, torch=torch.__version__)
+                        repeats=args.repeats, clock=args.clock, compile=args.compile, torch=torch.__version__)
         Path(args.output).write_text(json.dumps(dict(settings=settings, results=rows, targets=target_rows), indent=1))
 
 

@@ -7,6 +7,7 @@ Groups: bov (BoV Table 1's 13 rows and BoV), satformer (baseline, ResFormer, SAT
 Block AttnRes, RD-AttnRes and its tied / average / frozen value-route controls), kvm (full attention, sliding
 window, KVM fixed-256, KVM sqrt16), all. Scales: tiny (CPU minutes), small (a laptop run), paper (the papers'
 configs and training recipes in configs/). Rerunning the same command resumes; finished runs have nothing to do.
+`--core_data DIR` (DCLM CORE files) also scores every final model on CORE, finished runs included.
 """
 
 import argparse
@@ -27,6 +28,8 @@ def main(argv=None):
     parser.add_argument("--scale", choices=list(SCALES), default="tiny")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
     parser.add_argument("--output_dir", default="reproduction")
+    parser.add_argument("--core_data", default=None, help="folder of DCLM CORE files (llm-foundry's local_data "
+                                                          "layout): also score every final model on CORE")
     parser.add_argument("--max_steps", type=int, default=None,
                         help="every run trains this many steps instead of its budget (smoke tests)")
     args = parser.parse_args(argv)
@@ -34,7 +37,7 @@ def main(argv=None):
         parser.error("--corpus takes local text; Hub datasets go through scripts/train.py --data hf:NAME")
     for group in GROUPS if args.group == "all" else [args.group]:
         try:
-            reproduce(group, args.corpus, args.scale, args.seeds, args.output_dir, args.max_steps)
+            reproduce(group, args.corpus, args.scale, args.seeds, args.output_dir, args.max_steps, args.core_data)
         except (ValueError, FileNotFoundError, RuntimeError) as error:
             sys.exit(f"error: {error}")
         print(f"{group}: {Path(args.output_dir) / group / 'results.md'}")

@@ -24,6 +24,7 @@ def test_ratios_to_llama_and_parent_are_speed_ratios():
         row("training", "valuearch", "training tokens/s", 95.0, "tokens/s", True),
         row("training", "attnres", "training tokens/s", 76.0, "tokens/s", True),
         row("training", "rd_attnres", "training tokens/s", 57.0, "tokens/s", True),
+        row("training", "attnres" + bench["COMPILED"], "training tokens/s", 114.0, "tokens/s", True),
         row("inference", "llama", "prefill s", 2.0, "s", False),
         row("inference", "valuearch", "prefill s", 4.0, "s", False),
         row("memory", "bov", "cache bytes measured / formula", 1.0, "x", True),
@@ -37,6 +38,8 @@ def test_ratios_to_llama_and_parent_are_speed_ratios():
     assert by_name[("training tokens/s", "rd_attnres")]["ratio_to_llama"] == pytest.approx(0.57)
     assert by_name[("training tokens/s", "rd_attnres")]["ratio_to_parent"] == pytest.approx(0.75)  # parent: attnres
     assert by_name[("training tokens/s", "attnres")]["ratio_to_parent"] == pytest.approx(0.8)  # parent: standard
+    compiled = by_name[("training tokens/s", "attnres" + bench["COMPILED"])]
+    assert compiled["ratio_to_parent"] == pytest.approx(1.5) and compiled["ratio_to_llama"] == pytest.approx(1.14)
     assert by_name[("prefill s", "valuearch")]["ratio_to_llama"] == pytest.approx(0.5)  # twice the time: 0.5
     assert by_name[("cache bytes measured / formula", "bov")]["ratio_to_llama"] is None
 

@@ -242,6 +242,16 @@ def test_decode_and_continuation_equal_prefill(schedule):
         torch.testing.assert_close(torch.cat(pieces, dim=1), prefill, atol=1e-5, rtol=0)
 
 
+def test_cache_keeps_only_the_window_after_a_long_prefill():
+    """The window in the cache is its own memory, not a view that keeps every prefill key alive."""
+    model = kvm_model()
+    with torch.no_grad():
+        state = output_cache(model(random_ids(1, 64), use_cache=True)).layers[0].states[0]
+    assert state.window_keys.shape[2] == 8  # two chunks of 4
+    for window in (state.window_keys, state.window_values, state.window_gates):
+        assert window.untyped_storage().nbytes() == window.numel() * window.element_size()
+
+
 @pytest.mark.parametrize("num_key_value_heads", [2, 4])
 def test_window_covering_the_sequence_equals_full_attention(num_key_value_heads):
     model = tiny_model("kvm", kvm_chunk_size=16, kvm_state_min_slots=16, num_key_value_heads=num_key_value_heads)

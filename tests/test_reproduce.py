@@ -9,7 +9,8 @@ import random
 import pytest
 
 from hf_valuearch import MODEL_TYPES
-from hf_valuearch.reproduction import aggregate, reproduce, source_config
+from hf_valuearch.evaluation.tasks.core_tasks import CORE_TASKS
+from hf_valuearch.reproduction import aggregate, long_context, reproduce, run_plan, source_config
 from hf_valuearch.reproduction.groups import GROUPS, SCALES
 from hf_valuearch.reproduction.statistics import format_spread, mean_and_spread, paired_differences
 from tests.common import run_script
@@ -26,6 +27,26 @@ def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("\n\n".join(paragraphs))
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def core_data(tmp_path_factory):
+    """Two CORE tasks in llm-foundry's layout: copa (multiple choice) and winogrande (schema), random sentences."""
+    rng = random.Random(1)
+
+    def sentence(words: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(words))
+
+    root = tmp_path_factory.mktemp("core_data")
+    rows = {"copa": [{"query": sentence(6), "choices": [sentence(3), sentence(2)], "gold": rng.randrange(2)}
+                     for _ in range(4)],
+            "winogrande": [{"context_options": [sentence(4), sentence(5)], "continuation": sentence(3),
+                            "gold": rng.randrange(2)} for _ in range(4)]}
+    for task, items in rows.items():
+        path = root / CORE_TASKS[task].path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(json.dumps(item) for item in items) + "\n")
+    return str(root)
 
 
 def test_mean_and_spread_of_given_numbers():
@@ -65,6 +86,8 @@ def test_bad_input_gets_a_clear_error(tmp_path, corpus):
         reproduce("kvm", corpus, "huge", output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="--seeds 0 is invalid"):
         reproduce("kvm", corpus, seeds=0, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="--core_data .* holds none of the CORE files"):
+        reproduce("kvm", corpus, core_data=str(tmp_path), output_dir=str(tmp_path))
     with pytest.raises(SystemExit, match="error: --max_steps 0 is invalid"):
         run_script("reproduce", "kvm", "--corpus", corpus, "--max_steps", "0", "--output_dir", str(tmp_path))
 
@@ -85,6 +108,17 @@ def test_every_group_has_paper_scale_configs():
             for config in configs.values()} == {(768, 11, "rmsnorm", True)}
 
 
+PAPER_PLANS = {  # (block size, global batch, the baseline's budget) from the papers' recipes in configs/
+    "bov": (2048, 256, {"flops": 1.5e18}), "rd_attnres": (2048, 256, {"tokens": 2e9}),
+    "satformer": (4096, 512, {"tokens": 2384 * 512 * 4096}), "kvm": (8192, 64, {"tokens": 6000 * 64 * 8192})}
+
+
+def test_paper_scale_runs_the_baselines_recipe():
+    assert set(PAPER_PLANS) == set(GROUPS)
+    for name, group in GROUPS.items():
+        assert run_plan(group, SCALES["paper"]) == PAPER_PLANS[name], name
+
+
 def check_outputs(results, group_dir, group):
     names = [variant.name for variant in group.variants]
     assert list(results["variants"]) == names
@@ -101,10 +135,36 @@ def check_outputs(results, group_dir, group):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group_name", ["satformer", "rd_attnres", "kvm"])
-def test_group_end_to_end_at_micro_scale(group_name, corpus, tmp_path):
-    results = reproduce(group_name, corpus, "tiny", seeds=1, output_dir=str(tmp_path), max_steps=1)
-    check_outputs(results, tmp_path / group_name, GROUPS[group_name])
-    assert "a smoke run, budgets not matched" in (tmp_path / group_name / "results.md").read_text()
+def test_group_end_to_end_at_micro_scale(group_name, corpus, core_data, tmp_path, monkeypatch):
+    group = GROUPS[group_name]
+    with_core = group_name == "satformer"  # CORE on every final model, once (lm-eval per model: seconds each)
+    if group.niah_context_multiples:  # one NIAH cell (one length, one depth, one sample): the wiring, in seconds
+        monkeypatch.setattr(long_context, "NIAH_DEPTHS", (50,))
+        monkeypatch.setattr(long_context, "NIAH_SAMPLES", 1)
+        monkeypatch.setitem(GROUPS, group_name, dataclasses.replace(group, niah_context_multiples=(4,)))
+    results = reproduce(group_name, corpus, "tiny", seeds=1, output_dir=str(tmp_path), max_steps=1,
+                        core_data=core_data if with_core else None)
+    check_outputs(results, tmp_path / group_name, group)
+    table = (tmp_path / group_name / "results.md").read_text()
+    assert "a smoke run, budgets not matched" in table
+    assert ("| CORE | Δ CORE vs baseline |" in table) == with_core
+    if with_core:
+        for name in results["variants"]:
+            record = json.loads((tmp_path / group_name / "runs" / name / "seed0" / "core" / "results.json").read_text())
+            assert set(record["summary"]) == {"copa", "winogrande"}
+            assert results["runs"][name][0]["core"] == record["core_score"]
+            assert results["summary"][name]["core"]["mean"] == record["core_score"]
+    if group.loss_context_multiples:  # KVM: loss and NIAH beyond the training length, for every model
+        block = SCALES["tiny"].block_size
+        for name in results["variants"]:
+            run = results["runs"][name][0]
+            assert block in run["loss_by_length"] and all(math.isfinite(x) for x in run["loss_by_length"].values())
+            assert set(run["loss_by_length"]) <= {multiple * block for multiple in group.loss_context_multiples}
+            assert list(run["niah_by_length"]) == [4 * block]
+            assert all(0 <= accuracy <= 1 for accuracy in run["niah_by_length"].values())
+            assert (tmp_path / group_name / "runs" / name / "seed0" / "niah" / "niah_heatmap.png").is_file()
+        assert set(results["long_context"]) == {"loss_by_length", "niah_by_length"}
+        assert "NIAH accuracy by context length" in table and (tmp_path / group_name / "long_context.png").is_file()
 
 
 @pytest.mark.slow

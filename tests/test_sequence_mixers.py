@@ -3,19 +3,17 @@
 import pytest
 import torch
 from torch.nn import functional as F
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from hf_valuearch import configuration_valuearch
-from hf_valuearch.cache_valuearch import SEQUENCE_MIXERS, SequenceMixer, ValueArchCache
-from hf_valuearch.configuration_valuearch import MIXER_TYPES
+from hf_valuearch.cache_valuearch import SEQUENCE_MIXERS, SequenceMixer, ValueArchCache, cache_bytes
 from tests.common import prefill_then_decode, random_ids, tiny_model
 
 MIXER_FIELDS = {"full_attention": {}, "sliding_attention": {"sliding_window": 4},
                 "kvm": {"kvm_chunk_size": 4, "kvm_state_min_slots": 4, "kvm_zero_state_rope": False}}
 
 
-def test_every_allowed_mixer_is_declared():
-    assert set(SEQUENCE_MIXERS) == set(MIXER_TYPES) == set(MIXER_FIELDS)
+def test_every_declared_mixer_is_tested():
+    assert set(SEQUENCE_MIXERS) == set(MIXER_FIELDS)
 
 
 @pytest.mark.parametrize("mixer", sorted(SEQUENCE_MIXERS))
@@ -48,11 +46,12 @@ class CausalSdpaMixer(torch.nn.Module):
 
 
 def test_a_new_mixer_is_one_declaration(monkeypatch):
-    """Declaring module, mask and cache layer (and allowing the name) is all a new mixer needs: with the same
-    weights it gives full attention's logits, and cached decoding equals the full forward."""
+    """Declaring module, mask, cache layer and its bytes is all a new mixer needs: with the same weights it gives
+    full attention's logits, cached decoding equals the full forward, and the cache-size formula, the cache check,
+    output_attentions and assisted decoding follow from the declaration."""
     monkeypatch.setitem(SEQUENCE_MIXERS, "test_sdpa", SequenceMixer(
-        mask=lambda *args: None, cache_layer=lambda config, layer_idx: DynamicLayer(), module=CausalSdpaMixer))
-    monkeypatch.setattr(configuration_valuearch, "MIXER_TYPES", (*MIXER_TYPES, "test_sdpa"))
+        mask=lambda *args: None, cache_layer=lambda config, layer_idx: DynamicLayer(),
+        cache_bytes=SEQUENCE_MIXERS["full_attention"].cache_bytes, module=CausalSdpaMixer))
     model = tiny_model(mixer_types=["full_attention", "test_sdpa", "test_sdpa"])
     reference = tiny_model()
     ids = random_ids(2, 10)
@@ -60,3 +59,26 @@ def test_a_new_mixer_is_one_declaration(monkeypatch):
     torch.testing.assert_close(decoded, full, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(full, reference(ids).logits, atol=1e-5, rtol=1e-5)
+    config = model.config
+    cache = ValueArchCache(config)
+    with torch.no_grad():
+        model(ids, cache=cache, use_cache=True)
+    assert cache.nbytes() == cache_bytes(config, torch.float32, 10, batch_size=2)
+    with pytest.raises(ValueError, match=r"\[1, 2\].*need a ValueArchCache"):
+        model(ids, cache=DynamicCache(config=config))
+    with pytest.raises(ValueError, match="output_attentions=True: 'test_sdpa' layers return no attention weights"):
+        model(ids, output_attentions=True)
+
+
+def test_sliding_window_comes_from_the_declaration(monkeypatch):
+    """A mixer declared with `sliding_window=True` attends through transformers' interface with the config's
+    window (here under a new name: the same logits as "sliding_attention")."""
+    monkeypatch.setitem(SEQUENCE_MIXERS, "test_window", SEQUENCE_MIXERS["sliding_attention"])
+    windowed = tiny_model(mixer_types=["test_window"] * 3, sliding_window=4)
+    reference = tiny_model(mixer_types=["sliding_attention"] * 3, sliding_window=4)
+    assert [layer.self_attn.sliding_window for layer in windowed.model.layers] == [4, 4, 4]
+    ids = random_ids(2, 10)
+    with torch.no_grad():
+        torch.testing.assert_close(windowed(ids).logits, reference(ids).logits)
+    with pytest.raises(ValueError, match=r"sliding_window.*\['sliding_attention', 'test_window'\]"):
+        tiny_model(sliding_window=4)

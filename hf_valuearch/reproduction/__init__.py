@@ -6,6 +6,8 @@ FLOPs where the paper matches FLOPs (`accounting.flops_per_token`). Each run is 
 the code path of `scripts/train.py`, so rerunning the command resumes unfinished runs and finished runs have
 nothing to do. After training, every final model runs a few held-out blocks with its depth routes recorded, and
 `model.valuearch_diagnostics()` gives the per-layer statistics; the loss curves come from the Trainer's log history.
+Groups about long context (`Group.loss_context_multiples`, `niah_context_multiples`) also measure held-out loss and
+NIAH accuracy at multiples of the training length (`long_context.py`).
 Not shipped inside checkpoints.
 """
 
@@ -24,6 +26,9 @@ from ..training import TOKENIZER_SAMPLE_CHARS, load_config, pretrain, replace_di
 from ..training.accounting import flops_per_token, parameter_split
 from ..training.data import HeldOutBlocks, PackedStream, training_texts
 from .groups import GROUPS, REPO, SCALES, Group, Scale, Variant
+from . import long_context
+from .core_score import available_core_tasks, core_score
+from .long_context import loss_by_length, niah_by_length
 from .report import write_report
 from .statistics import mean_and_spread, paired_differences
 
@@ -31,7 +36,7 @@ DIAGNOSTIC_BLOCKS = 4  # held-out blocks each final model runs to record its per
 
 
 def source_config(group: Group, variant: Variant, scale: Scale) -> dict:
-    """The variant's config fields at `scale`: its source file (the tiny one, widened, for "small") plus its own
+    """The variant's config fields at `scale`: its source file (the tiny one for "tiny" and "small") plus its own
     fields; a field set to None is removed (the model type's default applies)."""
     key = "paper" if scale.name == "paper" else "tiny"
     if key not in variant.config:
@@ -44,27 +49,26 @@ def source_config(group: Group, variant: Variant, scale: Scale) -> dict:
             fields.pop(name, None)
         else:
             fields[name] = value
-    if scale.width_factor != 1:
-        for name in ("hidden_size", "intermediate_size", "head_dim"):
-            if fields.get(name) is not None:
-                fields[name] *= scale.width_factor
     return fields
 
 
-def run_plan(group: Group, scale: Scale) -> tuple[int, int, float]:
-    """(block size, batch size, the baseline's training tokens) at `scale`; "paper" reads them from the baseline
-    config's "training" recipe."""
+def run_plan(group: Group, scale: Scale) -> tuple[int, int, dict]:
+    """(block size, global batch in sequences, the baseline's budget: {"tokens": N} or {"flops": F}) at `scale`;
+    "paper" reads them from the baseline config's "training" recipe (block_size, batch_sequences and its budget)."""
     if scale.name != "paper":
-        return scale.block_size, scale.batch_size, scale.baseline_tokens
+        return scale.block_size, scale.batch_size, {"tokens": scale.baseline_tokens}
     recipe = source_config(group, group.baseline, scale).get("training", {})
-    block_size = recipe.get("block_size")
-    batch_size = recipe.get("training_arguments", {}).get("per_device_train_batch_size")
-    if not block_size or not batch_size or not any(recipe.get(k) for k in ("tokens", "max_steps")):
-        raise ValueError(f"--scale paper needs block_size, training_arguments.per_device_train_batch_size and tokens "
-                         f"or max_steps in the \"training\" recipe of {group.baseline.config['paper']}; it has "
-                         f"{sorted(recipe)}")
-    tokens = recipe.get("tokens") or recipe["max_steps"] * batch_size * block_size
-    return block_size, batch_size, float(tokens)
+    block_size, batch_size = recipe.get("block_size"), recipe.get("batch_sequences")
+    if recipe.get("flops"):
+        budget = {"flops": float(recipe["flops"])}
+    elif recipe.get("tokens") or recipe.get("max_steps"):
+        budget = {"tokens": float(recipe.get("tokens") or recipe["max_steps"] * (batch_size or 0) * (block_size or 0))}
+    else:
+        budget = {}
+    if not block_size or not batch_size or not budget:
+        raise ValueError(f"--scale paper needs block_size, batch_sequences and one of flops / tokens / max_steps in "
+                         f"the \"training\" recipe of {group.baseline.config['paper']}; it has {sorted(recipe)}")
+    return block_size, batch_size, budget
 
 
 def group_tokenizer(group_dir: Path, corpus: str | None, vocab_size: int):
@@ -131,12 +135,12 @@ def layer_diagnostics(model, blocks: torch.Tensor, statistics: tuple[str, ...]) 
 
 
 def aggregate(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict]:
-    """Per variant: mean ± spread over seeds of "eval_loss" and "eval_bpb", and paired differences per seed against
-    `baseline`. `runs[variant][seed]` holds the run's metrics; a metric absent from any run is left out."""
+    """Per variant: mean ± spread over seeds of "eval_loss", "eval_bpb" and (where measured) "core", and paired
+    differences per seed against `baseline`. `runs[variant][seed]` holds the run's metrics; a metric absent from any run is left out."""
     summary = {}
     for name, seeds in runs.items():
         entry = {}
-        for metric in ("eval_loss", "eval_bpb"):
+        for metric in ("eval_loss", "eval_bpb", "core"):
             if not all(run.get(metric) is not None for run in [*seeds.values(), *runs[baseline].values()]):
                 continue
             values = {seed: run[metric] for seed, run in seeds.items()}
@@ -148,10 +152,26 @@ def aggregate(runs: dict[str, dict[int, dict]], baseline: str) -> dict[str, dict
     return summary
 
 
+def long_context_summary(runs: dict[str, dict[int, dict]]) -> dict[str, dict]:
+    """{"loss_by_length" / "niah_by_length": {variant: {length: mean ± spread over seeds}}} for the metrics the runs
+    hold; a length missing from any seed of a variant is left out for it."""
+    summary = {}
+    for metric in ("loss_by_length", "niah_by_length"):
+        if not all(metric in run for seeds in runs.values() for run in seeds.values()):
+            continue
+        summary[metric] = {}
+        for name, seeds in runs.items():
+            lengths = set.intersection(*(set(run[metric]) for run in seeds.values()))
+            summary[metric][name] = {length: mean_and_spread([run[metric][length] for run in seeds.values()])
+                                     for length in sorted(lengths)}
+    return summary
+
+
 def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tiny", seeds: int = 3,
-              output_dir: str = "reproduction", max_steps: int | None = None) -> dict:
+              output_dir: str = "reproduction", max_steps: int | None = None, core_data: str | None = None) -> dict:
     """Train every model of a group for every seed (resuming), then write results.md, results.json and the PNGs
-    into `output_dir/group_name`; returns the results."""
+    into `output_dir/group_name`; returns the results. With `core_data` (a folder of DCLM CORE files) every final
+    model is also scored on CORE (finished runs too: the score can be added later)."""
     if group_name not in GROUPS:
         raise ValueError(f"unknown group {group_name!r}; allowed: {sorted(GROUPS)} or 'all'")
     if scale_name not in SCALES:
@@ -160,9 +180,11 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
         raise ValueError(f"--seeds {seeds!r} is invalid: expected an integer >= 1")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"--max_steps {max_steps!r} is invalid: expected an integer >= 1")
+    if core_data is not None:
+        available_core_tasks(core_data)  # a folder without CORE files fails before any training
     group, scale = GROUPS[group_name], SCALES[scale_name]
     group_dir = Path(output_dir) / group.name
-    block_size, batch_size, baseline_tokens = run_plan(group, scale)
+    block_size, batch_size, baseline_budget = run_plan(group, scale)
     configs = {variant.name: source_config(group, variant, scale) for variant in group.variants}
     vocab_size = scale.vocab_size or configs[group.baseline.name]["vocab_size"]
     manifest = {"group": group.name, "corpus": corpus, "scale": scale.name, "seeds": seeds, "max_steps": max_steps,
@@ -173,17 +195,22 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
     blocks = torch.stack(HeldOutBlocks(PackedStream(corpus, tokenizer, block_size, held_out=True,
                                                     max_blocks=DIAGNOSTIC_BLOCKS)).blocks)
 
+    loss_lengths = [multiple * block_size for multiple in group.loss_context_multiples]
+    niah_lengths = [multiple * block_size for multiple in group.niah_context_multiples]
     config_dir = group_dir / "configs"
     config_dir.mkdir(exist_ok=True)
     written = {}
     for name, fields in configs.items():
         fields["vocab_size"] = vocab_size
-        fields["max_position_embeddings"] = max(fields.get("max_position_embeddings", block_size), block_size)
+        fields["max_position_embeddings"] = max(fields.get("max_position_embeddings", 0), block_size, *loss_lengths,
+                                                   *niah_lengths)
         written[name] = config_dir / f"{name}.json"
         written[name].write_text(json.dumps(fields, indent=2) + "\n")
 
     per_token = {name: flops_per_token(load_config(str(path)), block_size) for name, path in written.items()}
-    budget_flops = baseline_tokens * per_token[group.baseline.name]
+    baseline_per_token = per_token[group.baseline.name]
+    budget_flops = baseline_budget.get("flops") or baseline_budget["tokens"] * baseline_per_token
+    baseline_tokens = baseline_budget.get("tokens") or budget_flops / baseline_per_token
     runs, variants = {}, {}
     for variant in group.variants:
         name = variant.name
@@ -198,7 +225,7 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
             run_dir = group_dir / "runs" / name / f"seed{seed}"
             print(f"== {group.name} / {name} / seed {seed}: {run_dir}")
             metrics = pretrain_run(str(written[name]), corpus, run_dir, group_dir / "tokenizer", block_size,
-                                   batch_size, seed, budget)
+                                   batch_size if scale.name != "paper" else None, seed, budget)
             model = AutoModelForCausalLM.from_pretrained(run_dir / "final")
             tokens = metrics["global_step"] * batch_size * block_size
             runs[name][seed] = {
@@ -207,6 +234,12 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
                 "history": loss_history(run_dir),
                 "layers": layer_diagnostics(model, blocks, group.layer_statistics),
             }
+            if loss_lengths:
+                runs[name][seed]["loss_by_length"] = loss_by_length(model, corpus, tokenizer, block_size, loss_lengths)
+            if core_data is not None:
+                runs[name][seed]["core"] = core_score(run_dir / "final", run_dir / "core", core_data)
+            if niah_lengths:
+                runs[name][seed]["niah_by_length"] = niah_by_length(run_dir / "final", run_dir / "niah", niah_lengths)
         variants[name] = {"config": str(written[name].relative_to(group_dir)), "flops_per_token": per_token[name],
                           "parameters": parameter_split(model)}
     results = {
@@ -215,12 +248,19 @@ def reproduce(group_name: str, corpus: str | None = None, scale_name: str = "tin
                     if max_steps is not None else "training FLOPs" if group.flop_matched else "training tokens"),
         "variants": variants, "runs": runs, "summary": aggregate(runs, group.baseline.name),
     }
+    if loss_lengths or niah_lengths:
+        results["long_context"] = long_context_summary(runs)
+    if niah_lengths:
+        results["niah_setup"] = {"depths": list(long_context.NIAH_DEPTHS), "samples": long_context.NIAH_SAMPLES}
     write_report(results, group_dir)
     return results
 
 
-def pretrain_run(config: str, corpus, run_dir: Path, tokenizer: Path, block_size: int, batch_size: int, seed: int,
-                 budget: dict) -> dict:
-    """One run through `scripts/train.py`'s code path (resumes; a finished run has nothing to do)."""
-    return pretrain(config, corpus, str(run_dir), tokenizer_path=str(tokenizer), block_size=block_size,
-                    per_device_train_batch_size=batch_size, seed=seed, disable_tqdm=True, **budget)
+def pretrain_run(config: str, corpus, run_dir: Path, tokenizer: Path, block_size: int, batch_size: int | None,
+                 seed: int, budget: dict) -> dict:
+    """One run through `scripts/train.py`'s code path (resumes; a finished run has nothing to do). `batch_size`
+    sequences make one step on one process; None keeps the config recipe's global batch (`batch_sequences`,
+    accumulated over per-device batches, the paper scale)."""
+    batch = {} if batch_size is None else {"per_device_train_batch_size": batch_size, "gradient_accumulation_steps": 1}
+    return pretrain(config, corpus, str(run_dir), tokenizer_path=str(tokenizer), block_size=block_size, seed=seed,
+                    disable_tqdm=True, **batch, **budget)

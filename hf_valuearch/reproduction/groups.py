@@ -16,29 +16,29 @@ REPO = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class Scale:
-    """How big every model of a group is and how long it trains. `width_factor` multiplies the tiny configs'
-    widths (hidden, MLP, head dims); `paper` scale reads block size, batch and budget from the baseline config's
-    own "training" recipe instead."""
+    """How long every model of a group trains and on what blocks; "tiny" and "small" train the tiny configs
+    (configs/tiny, configs/*/tiny*), "paper" reads block size, batch and budget from the baseline config's own
+    "training" recipe instead."""
 
     name: str
     block_size: int | None
     batch_size: int | None
     baseline_tokens: float | None  # the baseline's training tokens; FLOP-matched groups convert them to FLOPs
     vocab_size: int | None  # the group tokenizer's vocabulary (None: the baseline config's)
-    width_factor: int = 1
 
 
 SCALES = {
+    # a smoke run: minutes for a group on 2 CPU cores
     "tiny": Scale("tiny", block_size=128, batch_size=8, baseline_tokens=200 * 8 * 128, vocab_size=512),
-    "small": Scale("small", block_size=512, batch_size=16, baseline_tokens=2000 * 16 * 512, vocab_size=4096,
-                   width_factor=4),
+    # about an hour for all groups (2 seeds) on 2 CPU cores: 3x the tokens, 2x the context, 4x the vocabulary
+    "small": Scale("small", block_size=256, batch_size=8, baseline_tokens=300 * 8 * 256, vocab_size=2048),
     "paper": Scale("paper", block_size=None, batch_size=None, baseline_tokens=None, vocab_size=None),
 }
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One model of a group: `config` names its source file per scale ("tiny" also serves "small", widened), and
+    """One model of a group: `config` names its source file per scale ("tiny" also serves "small"), and
     `fields` (a dict, or a function of the source config's fields returning one) are set on top; a field set to
     None is removed, leaving the model type's default."""
 
@@ -58,6 +58,10 @@ class Group:
     flop_matched: bool
     layer_statistics: tuple[str, ...]  # diagnostics reported per layer (mean over heads / entries)
     notes: str = ""
+    # beyond the training length: held-out loss, and NIAH accuracy, at these multiples of the block size (NIAH
+    # needs room for RULER's prompt plus 128 generated tokens, so it starts further out)
+    loss_context_multiples: tuple[int, ...] = ()
+    niah_context_multiples: tuple[int, ...] = ()
 
     @property
     def baseline(self) -> Variant:
@@ -71,8 +75,7 @@ def _bov_variants() -> tuple[Variant, ...]:
                                 "paper": f"configs/value_paths/135m_{name}.json"}) for name in rows + ["bov"])
 
 
-_SATFORMER = {name: {"tiny": f"configs/tiny/{name}.json", "paper": "configs/satformer/satformer_small.json"}
-              for name in ("valuearch", "resformer", "satformer")}
+_SATFORMER = {"tiny": "configs/satformer/satformer_tiny.json", "paper": "configs/satformer/satformer_small.json"}
 _RD = {"tiny": "configs/depth_routing/rd_attnres_tiny.json", "paper": "configs/depth_routing/rd_attnres_120m.json"}
 _STANDARD_ROUTING = {"model_type": "valuearch", "attnres_block_size": None, "value_route": None}
 _KVM_FIXED = {"tiny": "configs/kvm/tiny/kvm_fixed256.json", "paper": "configs/kvm/kvm_fixed256.json"}
@@ -99,12 +102,13 @@ GROUPS = {
         notes="FLOP-matched as in the paper: table layers hold no v_proj, so they train on more tokens."),
     "satformer": Group(
         "satformer", "ResFormer (arXiv:2410.17897) and SATFormer (arXiv:2605.03953)",
-        (Variant("baseline", _SATFORMER["valuearch"], {"model_type": "valuearch"}),
-         Variant("resformer", _SATFORMER["resformer"], {"model_type": "resformer"}),
-         Variant("satformer", _SATFORMER["satformer"])),
+        (Variant("baseline", _SATFORMER, {"model_type": "valuearch"}),
+         Variant("resformer", _SATFORMER, {"model_type": "resformer"}),
+         Variant("satformer", _SATFORMER)),
         flop_matched=False, layer_statistics=("v1_gate_zero_fraction",),
-        notes="Paper scale: SATFormer-small (configs/satformer/satformer_small.json); the baseline and ResFormer "
-              "are that backbone (q/k norm, tied embeddings) with model_type valuearch / resformer."),
+        notes="Every model is the SATFormer backbone and recipe (configs/satformer: satformer_tiny at tiny and small "
+              "scale, satformer_small at paper scale; q/k norm, tied embeddings, AdamW with cosine decay); the "
+              "baseline and ResFormer change only model_type to valuearch / resformer."),
     "rd_attnres": Group(
         "rd_attnres", "Block AttnRes (arXiv:2603.15031) and RD-AttnRes (arXiv:2608.01075)",
         (Variant("standard", _RD, _STANDARD_ROUTING),
@@ -120,8 +124,7 @@ GROUPS = {
         (Variant("full_attention", _KVM_FIXED, _full_attention_twin),
          Variant("sliding_window", _KVM_FIXED, _sliding_window_twin),
          Variant("kvm_fixed256", _KVM_FIXED), Variant("kvm_sqrt16", _KVM_SQRT)),
-        flop_matched=False, layer_statistics=("state_slots",),
-        notes="The sliding window spans the KVM configs' raw window (kvm_window_chunks x kvm_chunk_size tokens). "
-              "NIAH beyond the training length is not reported yet: the evaluation package (hf_valuearch/evaluation, "
-              "issue 9) is not in this tree."),
+        flop_matched=False, layer_statistics=("state_slots",), loss_context_multiples=(1, 2, 4, 8, 16),
+        niah_context_multiples=(4, 8, 16),
+        notes="The sliding window spans the KVM configs' raw window (kvm_window_chunks x kvm_chunk_size tokens)."),
 }

@@ -33,6 +33,7 @@ def _mean_layers(seeds: dict[int, dict], statistic: str) -> dict[int, float]:
 
 def results_markdown(results: dict) -> str:
     baseline, summary = results["baseline"], results["summary"]
+    with_core = all("core" in entry for entry in summary.values())
     lines = [
         f"# {results['paper']}: `{results['group']}` at `{results['scale']}` scale", "",
         f"Corpus: {results['corpus'] or 'the embedded default corpus'}; one BPE tokenizer of {results['vocab_size']} "
@@ -41,8 +42,8 @@ def results_markdown(results: dict) -> str:
         "Values are mean ± sample standard deviation over seeds; differences are paired per seed (variant − baseline), "
         "per-seed values in brackets.", "",
         "| model | parameters (dense / table / routing) | tokens | FLOPs | val loss | bits per byte | "
-        "Δ loss vs baseline | Δ bits per byte vs baseline |",
-        "|---|---|---|---|---|---|---|---|",
+        "Δ loss vs baseline | Δ bits per byte vs baseline |" + (" CORE | Δ CORE vs baseline |" if with_core else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if with_core else ""),
     ]
     for name, variant in results["variants"].items():
         seeds = results["runs"][name]
@@ -52,7 +53,8 @@ def results_markdown(results: dict) -> str:
         entry = summary[name]
         lines.append(f"| {name} | {parameters} | {tokens:.3g} | {flops:.3g} | {format_spread(entry.get('eval_loss'))} | "
                      f"{format_spread(entry.get('eval_bpb'))} | {_difference(entry, 'eval_loss')} | "
-                     f"{_difference(entry, 'eval_bpb')} |")
+                     f"{_difference(entry, 'eval_bpb')} |"
+                     + (f" {format_spread(entry['core'])} | {_difference(entry, 'core')} |" if with_core else ""))
     statistics = sorted({statistic for seeds in results["runs"].values() for run in seeds.values()
                          for statistic in run["layers"]})
     for statistic in statistics:
@@ -65,11 +67,59 @@ def results_markdown(results: dict) -> str:
         for name, values in rows.items():
             lines.append(f"| {name} | " + " | ".join(f"{values[layer]:.4g}" if layer in values else "—"
                                                     for layer in layers) + " |")
+    if "long_context" in results:
+        lines += long_context_markdown(results)
     if results["notes"]:
         lines += ["", results["notes"]]
     if any(entry.get("eval_bpb") is None for entry in summary.values()):
         lines += ["", "Bits per byte: n/a where the training run did not report `eval_bpb`."]
     return "\n".join(lines) + "\n"
+
+
+LONG_CONTEXT_TITLES = {
+    "loss_by_length": "Held-out loss (nats / token) of the last {block} tokens of sequences of each length",
+    "niah_by_length": "NIAH accuracy by context length (single needle, mean over depths {depths} %, {samples} samples "
+                      "per depth)",
+}
+
+
+def long_context_markdown(results: dict) -> list[str]:
+    """The long-context tables: loss past the training length and NIAH accuracy, one row per model."""
+    lines, niah = [], results.get("niah_setup", {})
+    for metric, by_model in results["long_context"].items():
+        lengths = sorted({length for by_length in by_model.values() for length in by_length})
+        title = LONG_CONTEXT_TITLES[metric].format(block=results["block_size"], samples=niah.get("samples"),
+                                                   depths="/".join(map(str, niah.get("depths", []))))
+        lines += ["", f"## {title} (trained on {results['block_size']}; mean ± spread over seeds)", "",
+                  "| model | " + " | ".join(f"{length}" for length in lengths) + " |", "|---|" + "---|" * len(lengths)]
+        for name, by_length in by_model.items():
+            lines.append(f"| {name} | " + " | ".join(format_spread(by_length[length]) if length in by_length else "—"
+                                                     for length in lengths) + " |")
+    return lines
+
+
+def plot_long_context(results: dict, path: Path):
+    """One panel per long-context metric over context length (held-out loss past the training length, NIAH
+    accuracy), one line per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"loss_by_length": "held-out loss past the training length (nats / token)",
+              "niah_by_length": "NIAH accuracy"}
+    metrics = list(results["long_context"])
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
+    for axis, metric in zip(axes[0], metrics):
+        for name, by_length in results["long_context"][metric].items():
+            axis.plot(list(by_length), [entry["mean"] for entry in by_length.values()], "o-", label=name)
+        axis.axvline(results["block_size"], color="grey", linestyle=":", label="training length")
+        axis.set_xscale("log", base=2)
+        axis.set(xlabel="context length (tokens)", ylabel=labels[metric])
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def plot_loss_curves(results: dict, path: Path):
@@ -120,8 +170,11 @@ def plot_layer_diagnostics(results: dict, path: Path) -> bool:
 
 
 def write_report(results: dict, group_dir: Path):
-    """results.json, results.md, loss_curves.png and (when the group has per-layer statistics) layer_diagnostics.png."""
+    """results.json, results.md, loss_curves.png, layer_diagnostics.png (when the group has per-layer statistics) and
+    long_context.png (when it measures beyond the training length)."""
     (group_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (group_dir / "results.md").write_text(results_markdown(results))
     plot_loss_curves(results, group_dir / "loss_curves.png")
     plot_layer_diagnostics(results, group_dir / "layer_diagnostics.png")
+    if "long_context" in results:
+        plot_long_context(results, group_dir / "long_context.png")
