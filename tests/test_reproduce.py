@@ -13,7 +13,9 @@ from hf_valuearch.evaluation.tasks.core_tasks import CORE_TASKS
 from hf_valuearch.reproduction import aggregate, long_context, reproduce, run_plan, source_config
 from hf_valuearch.reproduction.groups import GROUPS, SCALES
 from hf_valuearch.reproduction.statistics import format_spread, mean_and_spread, paired_differences
-from tests.common import run_script
+from hf_valuearch.training import train_tokenizer
+from hf_valuearch.training.data import training_texts
+from tests.common import TINY, run_script, tiny_model
 
 WORDS = "the a value bank layer token attention residual depth state window query key mean sum of in to".split()
 MECHANISM = {"bov": ("bov", "value_scale"), "satformer": ("satformer", "v1_gate_zero_fraction"),
@@ -117,6 +119,19 @@ def test_paper_scale_runs_the_baselines_recipe():
     assert set(PAPER_PLANS) == set(GROUPS)
     for name, group in GROUPS.items():
         assert run_plan(group, SCALES["paper"]) == PAPER_PLANS[name], name
+
+
+def test_loss_by_length_scores_the_same_tokens_from_longer_contexts(corpus):
+    """With a window of 4 keys in 3 layers every token reads at most 9 tokens back, so from contexts of 32 and 64
+    tokens the 15 scored tokens (each with at least 16 tokens before it) get equal losses (RoPE is relative); full
+    attention reads further back: different ones."""
+    tokenizer = train_tokenizer(training_texts(corpus, 50_000), 300)
+    fields = dict(vocab_size=len(tokenizer), max_position_embeddings=128)
+    windowed = tiny_model(mixer_types=["sliding_attention"] * TINY["num_hidden_layers"], sliding_window=4, **fields)
+    losses = long_context.loss_by_length(windowed, corpus, tokenizer, 16, [16, 32, 64])
+    assert list(losses) == [16, 32, 64] and losses[32] == pytest.approx(losses[64], rel=1e-5)
+    full = long_context.loss_by_length(tiny_model(**fields), corpus, tokenizer, 16, [32, 64])
+    assert full[32] != pytest.approx(full[64], rel=1e-3)
 
 
 def check_outputs(results, group_dir, group):

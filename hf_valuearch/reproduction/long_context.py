@@ -1,4 +1,4 @@
-"""Beyond the training length (the KVM group's question): held-out loss of the tokens past the training length, and
+"""Beyond the training length (the KVM group's question): held-out loss of the same tokens from longer contexts, and
 needle-in-a-haystack accuracy by context length (the `niah` suite of `hf_valuearch.evaluation`, through lm-eval)."""
 
 from __future__ import annotations
@@ -11,27 +11,31 @@ from torch.nn import functional as F
 
 from ..training.data import PackedStream
 
-LOSS_SEQUENCES = 4  # held-out sequences per length
+LOSS_SEQUENCES = 4  # held-out sequences whose last tokens are scored from every context length
 NIAH_DEPTHS = (10, 50, 90)  # needle depth, percent of the context
 NIAH_SAMPLES = 2  # per (length, depth) cell
 
 
 @torch.no_grad()
 def loss_by_length(model, corpus: str | None, tokenizer, block_size: int, lengths: list[int]) -> dict[int, float]:
-    """Per length L: the mean next-token loss (nats) over the last `block_size` positions of held-out sequences of L
-    tokens, i.e. the tokens past the training length when L > block_size (at L = block_size, the usual held-out
-    loss). A length the held-out text holds no sequence of is left out."""
+    """Per context length L: the mean next-token loss (nats) of the same targets, the last `block_size - 1` tokens
+    of `LOSS_SEQUENCES` held-out sequences, each sequence cut to its last L tokens: contexts past the training
+    length when L > block_size (at L = block_size, the usual held-out loss). The sequences are as long as the longest length
+    the held-out text fills; longer lengths are left out."""
     model.eval()
-    losses = {}
-    for length in lengths:
-        stream = PackedStream(corpus, tokenizer, length, held_out=True, max_blocks=LOSS_SEQUENCES)
+    for longest in sorted(lengths, reverse=True):
+        stream = PackedStream(corpus, tokenizer, longest, held_out=True, max_blocks=LOSS_SEQUENCES)
         sequences = [item["input_ids"] for item in stream]
-        if not sequences:
-            continue
-        ids = torch.stack(sequences)  # [N, L]
-        start = length - block_size  # predict positions start + 1 .. L - 1 from the tokens before them
-        logits = model(input_ids=ids, use_cache=False).logits[:, start:-1]  # [N, block_size - 1, vocab]
-        losses[length] = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, start + 1:].flatten()).item()
+        if sequences:
+            break
+    else:
+        return {}
+    full = torch.stack(sequences)  # [N, longest]
+    targets = full[:, -block_size + 1:].flatten()  # the last block_size - 1 tokens, predicted at every length
+    losses = {}
+    for length in (length for length in lengths if length <= longest):
+        logits = model(input_ids=full[:, -length:], use_cache=False).logits[:, -block_size:-1]  # [N, block - 1, V]
+        losses[length] = F.cross_entropy(logits.flatten(0, 1).float(), targets).item()
     return losses
 
 

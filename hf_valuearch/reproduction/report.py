@@ -77,14 +77,14 @@ def results_markdown(results: dict) -> str:
 
 
 LONG_CONTEXT_TITLES = {
-    "loss_by_length": "Held-out loss (nats / token) of the last {block} tokens of sequences of each length",
+    "loss_by_length": "Held-out loss (nats / token) of the same last {block} tokens, from contexts of each length",
     "niah_by_length": "NIAH accuracy by context length (single needle, mean over depths {depths} %, {samples} samples "
                       "per depth)",
 }
 
 
 def long_context_markdown(results: dict) -> list[str]:
-    """The long-context tables: loss past the training length and NIAH accuracy, one row per model."""
+    """The long-context tables: loss by context length and NIAH accuracy, one row per model."""
     lines, niah = [], results.get("niah_setup", {})
     for metric, by_model in results["long_context"].items():
         lengths = sorted({length for by_length in by_model.values() for length in by_length})
@@ -99,14 +99,14 @@ def long_context_markdown(results: dict) -> list[str]:
 
 
 def plot_long_context(results: dict, path: Path):
-    """One panel per long-context metric over context length (held-out loss past the training length, NIAH
-    accuracy), one line per model."""
+    """One panel per long-context metric over context length (held-out loss of the same tokens, NIAH accuracy),
+    one line per model."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"loss_by_length": "held-out loss past the training length (nats / token)",
+    labels = {"loss_by_length": "held-out loss of the same tokens (nats / token)",
               "niah_by_length": "NIAH accuracy"}
     metrics = list(results["long_context"])
     figure, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
