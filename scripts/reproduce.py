@@ -5,8 +5,8 @@ tokenizer, data order, seeds and budget, then results.md / results.json / PNGs i
 
 Groups: bov (BoV Table 1's 13 rows and BoV), satformer (baseline, ResFormer, SATFormer), rd_attnres (standard,
 Block AttnRes, RD-AttnRes and its tied / average / frozen value-route controls), kvm (full attention, sliding
-window, KVM fixed-256, KVM sqrt16), all. Scales: tiny (CPU minutes), small (about an hour for all groups, 2 seeds, on 2 CPU cores), paper (the papers'
-configs and training recipes in configs/). Rerunning the same command resumes; finished runs have nothing to do.
+window, KVM fixed-256, KVM sqrt16), all. Scales: tiny (CPU minutes), small (about an hour for all groups with 2
+seeds on 2 CPU cores), paper (the papers' configs and training recipes in configs/). Rerunning the same command resumes; finished runs have nothing to do.
 `--core_data DIR` (DCLM CORE files) also scores every final model on CORE, finished runs included.
 """
 
