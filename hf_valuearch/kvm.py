@@ -61,8 +61,11 @@ class KVMState:
 
     def without_spare_buffer(self) -> KVMState:
         """This state with its window copied out of the buffer it is a view of when that buffer is more than twice
-        its size (after a long prefill, every key of the prompt), so that a cache holds only the window."""
+        its size (after a long prefill, every key of the prompt), so that a cache holds only the window. Under
+        torch.compile storage sizes cannot be traced (symbolic shapes): the view is kept."""
         def own(window: torch.Tensor) -> torch.Tensor:
+            if torch.compiler.is_compiling():
+                return window
             return window.clone() if window.untyped_storage().nbytes() > 2 * window.nbytes else window
 
         return replace(self, window_keys=own(self.window_keys), window_values=own(self.window_values),

@@ -228,6 +228,9 @@ def test_export_and_fullgraph_compile_equal_eager(model_type):
         torch.testing.assert_close(exported(ids, use_cache=False).logits, expected, rtol=1e-5, atol=1e-5)
         compiled = torch.compile(model, fullgraph=True, backend="eager")
         torch.testing.assert_close(compiled(ids, use_cache=False).logits, expected, rtol=1e-5, atol=1e-5)
+        # with a cache (what a training forward builds by default) and symbolic shapes, as Trainer's compile sees
+        compiled = torch.compile(model, backend="eager", dynamic=True)
+        torch.testing.assert_close(compiled(ids).logits, expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="input_ids must lie in"):  # the eager check is still there
         model(ids + SHAPES["vocab_size"])
 
