@@ -88,3 +88,17 @@ def load_renamed(model, state_dict: dict, rename, source: str):
                          f"{unexpected}")
     model.tie_weights()
     return model.eval()
+
+
+# nanoGPT's parameter names, kept by nanochat and the KVM paper -> ours: embeddings, head, and the attention and MLP
+# projections of layer i (regex substitutions; each format adds its own and the first that matches wins)
+NANOGPT_NAMES = [
+    (r"^transformer\.wte\.", "model.embed_tokens."),
+    (r"^lm_head\.", "lm_head."),
+    (r"^transformer\.h\.(\d+)\.attn\.c_q\.", r"model.layers.\1.self_attn.q_proj."),
+    (r"^transformer\.h\.(\d+)\.attn\.c_k\.", r"model.layers.\1.self_attn.k_proj."),
+    (r"^transformer\.h\.(\d+)\.attn\.c_v\.", r"model.layers.\1.self_attn.v_proj."),
+    (r"^transformer\.h\.(\d+)\.attn\.c_proj\.", r"model.layers.\1.self_attn.o_proj."),
+    (r"^transformer\.h\.(\d+)\.mlp\.c_fc\.", r"model.layers.\1.mlp.up_proj."),
+    (r"^transformer\.h\.(\d+)\.mlp\.c_proj\.", r"model.layers.\1.mlp.down_proj."),
+]

@@ -24,7 +24,7 @@ import torch
 
 from ..configuration_valuearch import KvmConfig
 from ..modeling_valuearch import KvmForCausalLM
-from .common import load_renamed, read_hf_checkpoint
+from .common import NANOGPT_NAMES, load_renamed, read_hf_checkpoint
 
 PAPER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, every norm of the paper's backbone
 UNBOUNDED_CONTEXT = 1024**3  # the paper's default max_position_embeddings: no limit (its RoPE has none)
@@ -33,16 +33,11 @@ STATE_SCHEDULES = {"fixed": "fixed", "power_law": "power_law", "kvm_saturation":
 
 # the paper's parameter name -> ours (regex substitutions, the first that matches wins)
 PAPER_NAMES = [
-    (r"^transformer\.wte\.", "model.embed_tokens."),
+    *NANOGPT_NAMES,
     (r"^transformer\.ln_emb\.", "model.embedding_norm."),
     (r"^transformer\.ln_head\.", "model.norm."),
-    (r"^lm_head\.", "lm_head."),
     (r"^transformer\.h\.(\d+)\.ln_attn\.", r"model.layers.\1.input_layernorm."),
     (r"^transformer\.h\.(\d+)\.ln_mlp\.", r"model.layers.\1.post_attention_layernorm."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_q\.", r"model.layers.\1.self_attn.q_proj."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_k\.", r"model.layers.\1.self_attn.k_proj."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_v\.", r"model.layers.\1.self_attn.v_proj."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_proj\.", r"model.layers.\1.self_attn.o_proj."),
     (r"^transformer\.h\.(\d+)\.attn\.ln_q\.", r"model.layers.\1.self_attn.q_norm."),
     (r"^transformer\.h\.(\d+)\.attn\.ln_k\.", r"model.layers.\1.self_attn.k_norm."),
     (r"^transformer\.h\.(\d+)\.attn\.x_(q|k|v)$", r"model.layers.\1.self_attn.\2_token_shift.mix"),
@@ -54,8 +49,6 @@ PAPER_NAMES = [
     (r"^transformer\.h\.(\d+)\.attn\.front_head_temp$", r"model.layers.\1.self_attn.sequence_mixer.window_temperature"),
     (r"^transformer\.h\.(\d+)\.attn\.state_head_temp$", r"model.layers.\1.self_attn.sequence_mixer.state_temperature"),
     (r"^transformer\.h\.(\d+)\.mlp\.x_k$", r"model.layers.\1.mlp.token_shift.mix"),
-    (r"^transformer\.h\.(\d+)\.mlp\.c_fc\.", r"model.layers.\1.mlp.up_proj."),
-    (r"^transformer\.h\.(\d+)\.mlp\.c_proj\.", r"model.layers.\1.mlp.down_proj."),
 ]
 # per-head dimensions in the paper's rotary layout: permuted into ours
 ROTARY_LAYOUT = re.compile(r"\.attn\.(c_q\.weight|c_k\.weight|ln_q\.\w+|ln_k\.\w+|ln_s_k\.\w+|x_q|x_k)$")

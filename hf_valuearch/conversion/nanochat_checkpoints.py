@@ -30,7 +30,7 @@ import torch
 
 from .. import MODEL_TYPES
 from ..configuration_valuearch import ValueArchConfig
-from .common import load_renamed
+from .common import NANOGPT_NAMES, load_renamed
 
 FLOAT32_EPS = torch.finfo(torch.float32).eps  # F.rms_norm(x, (d,)) without eps, on float32 activations
 
@@ -55,16 +55,9 @@ VALUE_PATH_FLAGS = {
 }
 # nanochat names -> ours (per layer i); c_q / c_k rows are also half-swapped, see `_swap_halves`
 NANOCHAT_NAMES = [
-    (r"^transformer\.wte\.weight$", "model.embed_tokens.weight"),
-    (r"^lm_head\.weight$", "lm_head.weight"),
+    *NANOGPT_NAMES,
     (r"^smear_gate\.weight$", "model.smear.gate_proj.weight"),
     (r"^smear_lambda$", "model.smear.scale"),
-    (r"^transformer\.h\.(\d+)\.attn\.c_q\.", r"model.layers.\1.self_attn.q_proj."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_k\.", r"model.layers.\1.self_attn.k_proj."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_v\.", r"model.layers.\1.self_attn.v_proj."),
-    (r"^transformer\.h\.(\d+)\.attn\.c_proj\.", r"model.layers.\1.self_attn.o_proj."),
-    (r"^transformer\.h\.(\d+)\.mlp\.c_fc\.", r"model.layers.\1.mlp.up_proj."),
-    (r"^transformer\.h\.(\d+)\.mlp\.c_proj\.", r"model.layers.\1.mlp.down_proj."),
     (r"^value_embeds\.(\d+)\.weight$", r"model.layers.\1.self_attn.value_path.value_table.weight"),
     (r"^transformer\.h\.(\d+)\.attn\.gamma_v$", r"model.layers.\1.self_attn.value_path.value_scale"),
     (r"^transformer\.h\.(\d+)\.attn\.alpha_v$", r"model.layers.\1.self_attn.value_path.residual_scale"),
