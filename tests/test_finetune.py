@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from hf_valuearch import MODEL_TYPES
-from hf_valuearch.training.finetune import IGNORE_INDEX, PadToLongest, PromptCompletions, mechanism_parameters
+from hf_valuearch.training.finetune import IGNORE_INDEX, PadToLongest, PromptCompletions, finetune, mechanism_parameters
 from tests.common import REPO, random_ids, run_script, save_tiny_checkpoint
 
 ALL_TYPES = sorted(MODEL_TYPES)
@@ -202,3 +202,16 @@ def test_text_rows_are_packed_into_blocks_with_a_held_out_eval(tmp_path, capsys)
     metrics = json.loads((tmp_path / "out" / "final" / "training_metrics.json").read_text())
     assert metrics["global_step"] == 2 and metrics["method"] == "full" and metrics["eval_loss"] > 0
     assert metrics["base_model"] == str(tmp_path / "base")
+
+
+def test_kvm_examples_too_short_for_the_state_make_ddp_search_unused_parameters(finetuned, tmp_path, capsys):
+    """Prompt/completion examples shorter than KVM's window + a chunk leave its state key norm and merge gate
+    without gradients: DDP must search for unused parameters (or refuse a run that forbids the search)."""
+    base = str(finetuned[0] / "kvm" / "base")
+    data = tmp_path / "short.jsonl"
+    data.write_text(json.dumps({"prompt": "the value", "completion": " bank"}) + "\n")
+    with pytest.raises(ValueError, match=r"the shortest example \(\d+ tokens, prompt \+ completion\) leaves .* "
+                                         r"at least \d+ tokens"):
+        finetune(base, str(data), str(tmp_path / "refused"), ddp_find_unused_parameters=False, max_steps=1)
+    finetune(base, str(data), str(tmp_path / "searched"), max_steps=1, per_device_train_batch_size=1)
+    assert "is shorter than the" in capsys.readouterr().out

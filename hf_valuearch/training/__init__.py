@@ -278,22 +278,25 @@ def plan_steps(config, args, block_size: int, max_steps, tokens, flops) -> tuple
                        f"{per_token:.4g} FLOPs/token = {total * per_token:.4g} FLOPs")
 
 
-def find_unused_parameters(config, block_size: int, requested: bool | None) -> tuple[bool | None, str | None]:
-    """DDP's `find_unused_parameters` for training `config` on `block_size`-token blocks, and a note to print.
+def find_unused_parameters(config, length: int, requested: bool | None,
+                           source: str | None = None) -> tuple[bool | None, str | None]:
+    """DDP's `find_unused_parameters` for training `config` on sequences of at least `length` tokens, and a note to
+    print; `source` says where that length comes from (default: "--block_size LENGTH").
 
-    A block too short for every parameter to get a gradient (KVM's state key norm and merge gate, see
+    A sequence too short for every parameter to get a gradient (KVM's state key norm and merge gate, see
     `shortest_block_training_every_parameter`) needs the search, else DDP fails on the first step; `requested`
     (--ddp_find_unused_parameters; None: the Trainer's default) is kept otherwise, and refused if False."""
     shortest = shortest_block_training_every_parameter(config)
-    if shortest is None or block_size >= shortest:
+    if shortest is None or length >= shortest:
         return requested, None
+    source = source or f"--block_size {length}"
     if requested is False:
-        raise ValueError(f"--block_size {block_size} leaves KVM's state key norm / merge gate without gradients (they "
-                         f"need blocks of at least {shortest} tokens), which DDP with --ddp_find_unused_parameters "
-                         f"false cannot train; use --block_size {shortest} or more, or leave "
+        raise ValueError(f"{source} leaves KVM's state key norm / merge gate without gradients (they need sequences "
+                         f"of at least {shortest} tokens), which DDP with --ddp_find_unused_parameters false cannot "
+                         f"train; train on sequences of {shortest} tokens or more, or leave "
                          "--ddp_find_unused_parameters unset")
-    return True, (f"note: --block_size {block_size} is shorter than the {shortest} tokens every KVM parameter needs "
-                  "for a gradient; multi-process runs search for unused parameters (ddp_find_unused_parameters=True)")
+    return True, (f"note: {source} is shorter than the {shortest} tokens every KVM parameter needs for a gradient; "
+                  "multi-process runs search for unused parameters (ddp_find_unused_parameters=True)")
 
 
 def pretrain(

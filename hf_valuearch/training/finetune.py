@@ -27,7 +27,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .. import MODEL_TYPES
 from ..cards import write_model_card
-from . import AtomicCheckpointTrainer, replace_directory
+from . import AtomicCheckpointTrainer, find_unused_parameters, replace_directory
 from .data import HeldOutBlocks, PackedStream
 from .optim import OptimizerRecipe
 
@@ -170,6 +170,15 @@ def finetune(
     args = TrainingArguments(output_dir=str(output), report_to=[], **training_arguments)
     set_seed(args.seed)
     model = MODEL_TYPES[model_type][2].from_pretrained(model_path)
+    if isinstance(train_data, PromptCompletions):  # each example runs on its own tokens (KVM: padding split off)
+        shortest = min(len(example["input_ids"]) for example in train_data.examples)
+        source = f"the shortest example ({shortest} tokens, prompt + completion)"
+    else:
+        shortest, source = block_size, None
+    args.ddp_find_unused_parameters, unused_note = find_unused_parameters(model.config, shortest,
+                                                                          args.ddp_find_unused_parameters, source)
+    if unused_note:
+        print(unused_note)
     train_mechanism = (not lora) if train_mechanism is None else train_mechanism
     if lora:
         from peft import LoraConfig, get_peft_model
