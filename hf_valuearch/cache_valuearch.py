@@ -233,9 +233,14 @@ class ValueArchCache(Cache):
         return (sum(cache_layer_nbytes(layer) for layer in layers)
                 + sum(t.numel() * t.element_size() for t in shift_inputs))
 
-    def first_uncroppable_layer(self) -> CacheLayerMixin | None:
-        """A layer that `crop` cannot put back (assisted decoding needs all to be croppable), or None."""
-        return next((layer for layer in self.layers if not layer.is_croppable), None)
+    def not_croppable_reason(self) -> str | None:
+        """Why `crop` cannot put this cache back to fewer tokens (assisted decoding needs it to), or None: a layer
+        with `is_croppable = False` (its `not_croppable` text), or the token-shift inputs."""
+        layer = next((layer for layer in self.layers if not layer.is_croppable), None)
+        if layer is not None:
+            return getattr(layer, "not_croppable", f"{type(layer).__name__} cannot be cropped, which assisted "
+                                                   "decoding needs; use greedy search, sampling or beam search.")
+        return self.not_croppable_with_token_shift if self.token_shift_inputs is not None else None
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
         super().reorder_cache(beam_idx)
@@ -321,8 +326,8 @@ def cache_bytes_per_token(config, dtype: torch.dtype, context_length: int | None
 
     With `context_length`: cache_bytes / context_length at that length. Without: the growth per token of a long
     sequence, i.e. only layers whose mixer's cache grows linearly count (full attention; sliding-window and KVM
-    caches are bounded or grow sublinearly). Standard decoder: 2 * layers * H_kv * head_dim * element size; each BoV table layer stores an
-    int64 token id instead of its H_kv * head_dim values.
+    caches are bounded or grow sublinearly). Standard decoder: 2 * layers * H_kv * head_dim * element size; each
+    BoV table layer stores an int64 token id instead of its H_kv * head_dim values.
     """
     if context_length is not None:
         if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:

@@ -591,7 +591,7 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, generation_mode,
                                       batch_size: int, max_cache_length: int) -> None:
         """`generate`'s hook for building the cache: ours is a `ValueArchCache` (per-layer cache classes that
-        `DynamicCache` cannot express); assisted decoding needs every layer croppable (KVM layers are not)."""
+        `DynamicCache` cannot express); assisted decoding needs it croppable (KVM layers and token shift are not)."""
         implementation = generation_config.cache_implementation
         if implementation not in (None, "dynamic"):
             raise ValueError(
@@ -599,12 +599,9 @@ class ValueArchForCausalLM(ValueArchPreTrainedModel, GenerationMixin):
                 "with its own ValueArchCache (per-layer cache classes); leave cache_implementation unset."
             )
         if generation_mode == GenerationMode.ASSISTED_GENERATION:
-            layer = ValueArchCache(self.config).first_uncroppable_layer()
-            if layer is not None:
-                raise ValueError(getattr(layer, "not_croppable", f"{type(layer).__name__} cannot be cropped, which "
-                                         "assisted decoding needs; use greedy search, sampling or beam search."))
-        if generation_mode == GenerationMode.ASSISTED_GENERATION and self.config.token_shift:
-            raise ValueError(ValueArchCache.not_croppable_with_token_shift)
+            reason = ValueArchCache(self.config).not_croppable_reason()
+            if reason is not None:
+                raise ValueError(reason)
         if model_kwargs.get(CACHE_OUTPUT_FIELD) is not None or generation_config.use_cache is False:
             return super()._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode,
                                                          batch_size, max_cache_length)
